@@ -1,0 +1,58 @@
+"""memsnap_magic: per-cell GPU/CPU memory snapshots in IPython and Jupyter.
+
+``%load_ext memsnap_magic`` registers ``%%memsnap`` and ``%memsnap``. Importing this package
+imports neither torch nor matplotlib; they load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["Recorder", "SnapshotError", "load_snapshot", "mark", "session", "summarize",
+           "load_ipython_extension", "unload_ipython_extension"]
+
+_LAZY = {
+    "Recorder": "recorder", "mark": "recorder",
+    "SnapshotError": "snapshot", "load_snapshot": "snapshot", "dump_snapshot": "snapshot",
+    "summarize": "analysis", "Summary": "analysis",
+    "session": "session", "Session": "session", "Interval": "session",
+}
+
+if TYPE_CHECKING:
+    from .analysis import Summary, summarize
+    from .recorder import Recorder, mark
+    from .session import Interval, Session, session
+    from .snapshot import SnapshotError, dump_snapshot, load_snapshot
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
+    from .magic import MemsnapMagics
+    from .recorder import mark
+
+    ipython.register_magics(MemsnapMagics)
+    ipython.user_ns.setdefault("mark", mark)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
+    from .backends import stop_all
+    from .recorder import mark
+
+    stop_all()
+    if ipython.user_ns.get("mark") is mark:
+        del ipython.user_ns["mark"]
+    magics = ipython.magics_manager.magics
+    for kind in ("line", "cell"):
+        magics[kind].pop("memsnap", None)

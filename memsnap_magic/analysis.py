@@ -1,0 +1,143 @@
+"""Pure functions over a snapshot dict: an interval's baseline, peak, end and timeline.
+
+A snapshot's trace usually starts mid-run. Blocks allocated before the window and freed inside
+it, and end-state blocks the trace never allocated, were live at the window's start: they form
+the baseline (the "initially allocated" set memory_viz builds). Replaying the trace from the
+baseline gives the interval's timeline. Sizes are requested bytes, as the trace records them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_FREE_ACTIONS = ("free_completed", "free")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One device's interval figures, in requested bytes, plus the arrays a plot needs."""
+
+    device: int
+    baseline_allocated: int
+    peak_allocated: int
+    end_allocated: int
+    trace_entries: int
+    time_us: np.ndarray = field(repr=False)      # per replayed event (alloc/free)
+    allocated: np.ndarray = field(repr=False)    # bytes allocated after each event
+    peak_index: int = -1                         # index into the arrays; -1: the baseline
+
+    @property
+    def peak_increase(self) -> int:
+        return self.peak_allocated - self.baseline_allocated
+
+    @property
+    def kept(self) -> int:
+        """Allocated at the end minus at the start: what the interval left behind (a leak)."""
+        return self.end_allocated - self.baseline_allocated
+
+
+def pick_device(snap: dict[str, Any]) -> int:
+    """The device whose trace has entries (the first such); 0 when every trace is empty."""
+    for d, trace in enumerate(snap.get("device_traces", [])):
+        if trace:
+            return d
+    return 0
+
+
+def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sign, addr, size, time_us) of the events that change allocated bytes."""
+    use_requested = not any(e["action"] in _FREE_ACTIONS for e in trace)
+    free_actions = ("free_requested",) if use_requested else _FREE_ACTIONS
+    sign, addr, size, t = [], [], [], []
+    last_t = 0
+    for e in trace:
+        action = e["action"]
+        if action == "alloc":
+            s = 1
+        elif action in free_actions:
+            s = -1
+        else:
+            continue
+        sign.append(s)
+        addr.append(e["addr"])
+        size.append(e["size"])
+        last_t = e.get("time_us", last_t)
+        t.append(last_t)
+    return (np.asarray(sign, dtype=np.int64), np.asarray(addr, dtype=np.uint64),
+            np.asarray(size, dtype=np.int64), np.asarray(t, dtype=np.int64))
+
+
+def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarray]:
+    """(address, requested size) of the device's allocated blocks at the snapshot's end."""
+    addrs, sizes = [], []
+    for seg in snap["segments"]:
+        if seg["device"] != device:
+            continue
+        a = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                addrs.append(a)
+                sizes.append(b.get("requested_size") or b["size"])
+            a += b["size"]
+    return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64)
+
+
+def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
+    """Baseline, peak and end of one device's trace window (``device=None``: the one with entries)."""
+    if device is None:
+        device = pick_device(snap)
+    traces = snap["device_traces"]
+    trace = traces[device] if device < len(traces) else []
+    sign, addr, size, t = _trace_arrays(trace)
+    delta = sign * size
+
+    # Per address, events alternate alloc/free; a free that comes first was allocated before the
+    # window, and the addresses whose last event is an alloc are the trace's own live blocks.
+    order = np.argsort(addr, kind="stable")
+    a_sorted = addr[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = a_sorted[1:] != a_sorted[:-1]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = a_sorted[1:] != a_sorted[:-1]
+    first_idx, last_idx = order[first], order[last]
+    freed_before = int(size[first_idx][sign[first_idx] < 0].sum())
+    live_from_trace = addr[last_idx][sign[last_idx] > 0]
+
+    end_addr, end_size = _end_blocks(snap, device)
+    untouched = ~np.isin(end_addr, live_from_trace)
+    baseline = freed_before + int(end_size[untouched].sum())
+
+    allocated = baseline + np.cumsum(delta)
+    if len(allocated) and allocated.max() > baseline:
+        peak_index = int(allocated.argmax())
+        peak = int(allocated[peak_index])
+    else:
+        peak_index, peak = -1, baseline
+    end = int(allocated[-1]) if len(allocated) else baseline
+    return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
+                   end_allocated=end, trace_entries=len(trace), time_us=t,
+                   allocated=allocated, peak_index=peak_index)
+
+
+def decimate(x: np.ndarray, y: np.ndarray, points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``points`` samples keeping each bucket's min and max, so peaks survive."""
+    n = len(y)
+    if n <= points:
+        return x, y
+    buckets = max(points // 2, 1)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts = edges[:-1]
+    lo = np.minimum.reduceat(y, starts)
+    hi = np.maximum.reduceat(y, starts)
+    # index of min/max within each bucket, to keep their order in time
+    idx = np.arange(n)
+    ymin_rep = np.repeat(lo, np.diff(edges))
+    ymax_rep = np.repeat(hi, np.diff(edges))
+    big = np.iinfo(np.int64).max
+    imin = np.minimum.reduceat(np.where(y == ymin_rep, idx, big), starts)
+    imax = np.minimum.reduceat(np.where(y == ymax_rep, idx, big), starts)
+    keep = np.unique(np.concatenate([imin, imax]))
+    return x[keep], y[keep]

@@ -1,0 +1,85 @@
+"""Run a cell body the way IPython runs a cell, so wrapping it in ``%%memsnap`` changes nothing.
+
+The body goes through IPython's input transforms (magics, ``!cmd``), its AST transformers and its
+compiler (``from __future__`` flags), in the user's namespace. It is registered in the line cache
+under a cell filename with the magic's line in front, so tracebacks read ``Cell In[N], line L``
+with the cell's own line numbers. Exceptions propagate unchanged: the outer cell shows one normal
+traceback and counts as failed, exactly as without the magic. A final expression's value is
+returned, and IPython displays it as the cell's ``Out[N]``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+
+class CellCode:
+    """A ``%%memsnap`` body compiled as IPython compiles a cell; ``run()`` executes it.
+
+    Compiling comes first, so a syntax error is raised before anything is recorded, as a cell
+    with a syntax error never runs.
+    """
+
+    def __init__(self, shell: Any, header: str, body: str) -> None:
+        self.shell = shell
+        transformed = shell.transform_cell(body)
+        # Tracebacks show line 1 as the magic's line; Python parses it as a blank line.
+        self.filename = shell.compile.cache(header + "\n" + transformed, shell.execution_count,
+                                            raw_code=header + "\n" + body)
+        tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
+        body_nodes = list(tree.body) if tree is not None else []
+        last = body_nodes.pop() if body_nodes and isinstance(body_nodes[-1], ast.Expr) else None
+        self._exec = (shell.compile(ast.Module(body_nodes, []), self.filename, "exec")
+                      if body_nodes else None)
+        self._eval = (shell.compile(ast.Expression(last.value), self.filename, "eval")
+                      if last is not None else None)
+        # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
+        self._quiet = shell.displayhook.semicolon_at_end_of_expression(transformed)
+
+    def run(self) -> Any:
+        """Execute in the user's namespace; the final expression's value is returned."""
+        __tracebackhide__ = True  # noqa: F841 (IPython hides this frame from tracebacks)
+        glob, local = self.shell.user_global_ns, self.shell.user_ns
+        try:
+            if self._exec is not None:
+                exec(self._exec, glob, local)
+            value = eval(self._eval, glob, local) if self._eval is not None else None
+            return None if self._quiet else value
+        except BaseException as e:
+            _render_from_cell(self.shell, e, self.filename)
+            raise
+
+
+class _CellTraceback:
+    """One-shot ``_render_traceback_``: the traceback from the cell's first frame on.
+
+    IPython renders an exception through its ``_render_traceback_`` when it has one; this keeps
+    the outer ``run_cell_magic(...)`` line and our frames out of what the user reads.
+    """
+
+    def __init__(self, shell: Any, filename: str) -> None:
+        self.shell, self.filename = shell, filename
+
+    def __call__(self) -> list[str]:
+        value = self.owner
+        try:
+            del value._render_traceback_
+        except AttributeError:
+            pass
+        tb = value.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
+            tb = tb.tb_next
+        return self.shell.InteractiveTB.structured_traceback(
+            type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0)
+
+
+def _render_from_cell(shell: Any, exc: BaseException, filename: str) -> None:
+    if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
+        return  # the exception renders itself (ipyparallel's RemoteError, for one)
+    renderer = _CellTraceback(shell, filename)
+    renderer.owner = exc
+    try:
+        exc._render_traceback_ = renderer  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass

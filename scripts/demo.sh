@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run the demo notebook in a real Jupyter kernel on the CPU.
+# The executed copy goes to demo-out/demo.ipynb and the snapshots to demo-out/memsnap/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python scripts/run_notebook.py notebooks/demo.ipynb --out demo-out/demo.ipynb

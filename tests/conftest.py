@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """A fresh in-process IPython shell in ``tmp_path`` with memsnap_magic loaded."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    InteractiveShell.clear_instance()
+    cfg = Config()
+    cfg.HistoryAccessor.enabled = False
+    sh = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
+    sh.run_line_magic("load_ext", "memsnap_magic")
+    yield sh
+    sh.run_line_magic("unload_ext", "memsnap_magic")
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture(autouse=True)
+def fresh_session():
+    """Each test starts with an empty session and no recording left on."""
+    from memsnap_magic import backends, session
+
+    session().reset()
+    session().defaults.clear()
+    yield
+    backends.stop_all()
+    backends._live.clear()
+    session().reset()
+    session()._listeners.clear()

@@ -1,0 +1,111 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic.analysis import decimate, pick_device, summarize
+from snapshots import alloc, entry, free, reference, snapshot
+
+MiB = 1 << 20
+
+
+def test_window_from_empty_start():
+    trace = alloc(0x10, 4 * MiB, 1) + alloc(0x20, 2 * MiB, 2) + free(0x10, 4 * MiB, 3)
+    s = summarize(snapshot(trace, {0x20: 2 * MiB}))
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (0, 6 * MiB, 2 * MiB)
+    assert s.peak_increase == 6 * MiB and s.kept == 2 * MiB and s.trace_entries == 4
+    assert s.allocated.tolist() == [4 * MiB, 6 * MiB, 2 * MiB]
+    assert s.time_us.tolist() == [1, 2, 3] and s.peak_index == 1
+
+
+def test_window_starting_mid_run():
+    # 0xA (3 MiB) lived before the window and is freed inside it; 0xB (5 MiB) lived before and
+    # survives untouched; the window allocates 1 MiB at 0xC and keeps it.
+    trace = alloc(0xC, 1 * MiB) + free(0xA, 3 * MiB)
+    s = summarize(snapshot(trace, {0xB: 5 * MiB, 0xC: 1 * MiB}))
+    assert s.baseline_allocated == 8 * MiB
+    assert s.peak_allocated == 9 * MiB
+    assert s.end_allocated == 6 * MiB
+    assert s.kept == -2 * MiB
+
+
+def test_address_reused_after_a_pre_window_free():
+    trace = free(0xA, 2 * MiB) + alloc(0xA, 1 * MiB)
+    s = summarize(snapshot(trace, {0xA: 1 * MiB}))
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (2 * MiB, 2 * MiB, 1 * MiB)
+
+
+def test_pending_free_counts_when_completed_and_other_actions_are_ignored():
+    trace = (alloc(0x1, 100) + [entry("free_requested", 0x1, 100)] + alloc(0x2, 50)
+             + [entry("free_completed", 0x1, 100), entry("segment_alloc", 0x100, 1 << 21),
+                entry("snapshot", 0, 150), {"action": "oom", "size": 1 << 30, "device_free": 0},
+                entry("future_action_we_do_not_know", 0x3, 999)])
+    s = summarize(snapshot(trace, {0x2: 50}))
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (0, 150, 50)
+
+
+def test_trace_with_free_requested_only_uses_it():
+    trace = alloc(0x1, 10) + [entry("free_requested", 0x1, 10)]
+    s = summarize(snapshot(trace, {}))
+    assert (s.peak_allocated, s.end_allocated) == (10, 0)
+
+
+def test_blocks_addresses_follow_segment_layout():
+    # one segment with an inactive block before the live one: the live block's address is
+    # segment address + size of the blocks before it, and it was allocated in the trace.
+    snap = {"device_traces": [alloc(0x1000 + 512, 256)],
+            "segments": [{"device": 0, "address": 0x1000, "total_size": 2048, "blocks": [
+                {"size": 512, "state": "inactive"},
+                {"size": 512, "requested_size": 256, "state": "active_allocated"},
+                {"size": 1024, "requested_size": 1000, "state": "active_allocated"}]}]}
+    s = summarize(snap)
+    assert s.baseline_allocated == 1000 and s.end_allocated == 1256
+
+
+def test_device_choice():
+    snap = snapshot(alloc(0x1, 64), {0x1: 64}, device=1, n_devices=2)
+    assert pick_device(snap) == 1
+    assert summarize(snap).peak_allocated == 64
+    assert summarize(snap, device=0).trace_entries == 0
+    assert summarize({"segments": [], "device_traces": []}).peak_allocated == 0
+
+
+@st.composite
+def windows(draw):
+    """A random allocation history cut at a random point: the window starts mid-run."""
+    n = draw(st.integers(1, 60))
+    live: dict[int, int] = {}
+    events = []
+    next_addr = 1
+    for _ in range(n):
+        if live and draw(st.booleans()):
+            a = draw(st.sampled_from(sorted(live)))
+            events.append(("free", a, live.pop(a)))
+        else:
+            a = draw(st.sampled_from(sorted(set(range(1, next_addr + 1)) - set(live))))
+            next_addr = max(next_addr, a + 1)
+            size = draw(st.integers(1, 1 << 24))
+            live[a] = size
+            events.append(("alloc", a, size))
+    cut = draw(st.integers(0, len(events)))
+    trace = []
+    for action, a, size in events[cut:]:
+        trace += alloc(a, size) if action == "alloc" else free(a, size)
+    return snapshot(trace, live)
+
+
+@given(windows())
+@settings(max_examples=300, deadline=None)
+def test_summary_equals_brute_force_reference(snap):
+    s = summarize(snap)
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0)
+
+
+def test_decimate_keeps_extremes_and_order():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 1000, 100_000)
+    y[54_321] = 5000
+    x = np.arange(len(y))
+    dx, dy = decimate(x, y, 2000)
+    assert len(dy) <= 2000 and dy.max() == 5000 and dy.min() == y.min()
+    assert np.all(np.diff(dx) > 0)
+    assert decimate(x[:10], y[:10], 2000)[1].tolist() == y[:10].tolist()

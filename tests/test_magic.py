@@ -1,0 +1,238 @@
+"""The magic in an in-process IPython shell, on the real CPU backend (torch.profiler events)."""
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+
+import memsnap_magic
+from memsnap_magic import load_snapshot, session
+
+MiB = 1 << 20
+
+
+def run(shell, code):
+    res = shell.run_cell(code)
+    return res
+
+
+def allocs(path):
+    snap = load_snapshot(path)
+    return [(e["addr"], e["size"]) for e in snap["device_traces"][0] if e["action"] == "alloc"]
+
+
+@pytest.fixture
+def torch_ns(shell):
+    assert run(shell, "import torch\nkeep = []").success
+    return shell
+
+
+def test_load_ext_imports_neither_torch_nor_matplotlib():
+    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\nsh.run_line_magic('load_ext', 'memsnap_magic')\n"
+            "assert 'memsnap' in sh.magics_manager.magics['cell']\n"
+            "print(sorted(m for m in ('torch', 'matplotlib', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_known_sizes_give_known_figures(torch_ns, capsys):
+    sh = torch_ns
+    assert run(sh, "%%memsnap step=1\na = torch.empty(4*2**20, dtype=torch.uint8)").success
+    assert run(sh, "%%memsnap step=2\nb = torch.empty(2*2**20, dtype=torch.uint8)\n"
+                   "t = torch.empty(8*2**20, dtype=torch.uint8)\ndel t").success
+    assert run(sh, "%%memsnap step=3\ndel a\nkeep.append(torch.empty(2**20, dtype=torch.uint8))").success
+    one, two, three = session().intervals
+    assert (one.baseline_allocated, one.peak_allocated, one.end_allocated) == (0, 4 * MiB, 4 * MiB)
+    assert (two.baseline_allocated, two.peak_allocated, two.end_allocated) == (4 * MiB, 14 * MiB, 6 * MiB)
+    assert two.peak_increase == 10 * MiB and two.kept == 2 * MiB
+    assert (three.baseline_allocated, three.peak_allocated, three.end_allocated) == (6 * MiB, 6 * MiB, 3 * MiB)
+    assert [i.cumulative_peak_allocated for i in (one, two, three)] == [4 * MiB, 14 * MiB, 14 * MiB]
+    assert three.cumulative_trace_entries == sum(i.trace_entries for i in (one, two, three))
+    assert one.device == "cpu" and one.rank == 0 and one.error is None
+    out = capsys.readouterr().out
+    assert "memsnap step 2 · cpu · peak 14.0 MiB (+10.0 MiB over start 4.0 MiB)" in out
+    assert "kept +2.0 MiB" in out and "vs step 1: peak +10.0 MiB" in out
+    assert f"step2/torch_memory_rank0_pid{os.getpid()}.pickle" in out
+
+
+def test_each_file_holds_only_its_own_step(torch_ns):
+    sh = torch_ns
+    run(sh, "%%memsnap step=1\nx1 = torch.empty(3*2**20, dtype=torch.uint8)")
+    run(sh, "y = torch.empty(5*2**20, dtype=torch.uint8)")  # between cells: not recorded
+    run(sh, "%%memsnap step=2\nx2 = torch.empty(7*2**20, dtype=torch.uint8)")
+    one, two = session().intervals
+    assert one.path == Path("memsnap/step1") / f"torch_memory_rank0_pid{os.getpid()}.pickle"
+    assert [s for _, s in allocs(one.path)] == [3 * MiB]
+    assert [s for _, s in allocs(two.path)] == [7 * MiB]
+    # the baseline still sees what lived before: x1 and y (found in the namespace)
+    assert two.baseline_allocated == 8 * MiB
+
+
+def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
+    sh = torch_ns
+    run(sh, "%%memsnap step=1 clear=false\nx1 = torch.empty(3*2**20, dtype=torch.uint8)")
+    run(sh, "y = torch.empty(5*2**20, dtype=torch.uint8)")  # recording stayed on
+    run(sh, "%%memsnap step=2\nx2 = torch.empty(7*2**20, dtype=torch.uint8)")
+    run(sh, "%%memsnap step=3\nx3 = torch.empty(2**20, dtype=torch.uint8)")
+    one, two, three = session().intervals
+    assert [s for _, s in allocs(two.path)] == [3 * MiB, 5 * MiB, 7 * MiB]
+    assert [s for _, s in allocs(three.path)] == [MiB]  # step 2 cleared again
+    assert two.trace_entries > one.trace_entries and not one.clear and two.clear
+    assert two.cumulative_trace_entries == two.trace_entries
+    from memsnap_magic.backends import recording_devices
+    assert recording_devices() == []
+
+
+def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, capsys):
+    sh = torch_ns
+    res = run(sh, "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\n"
+                  "def f():\n    raise ValueError('boom')\nf()")
+    assert isinstance(res.error_in_exec, ValueError) and str(res.error_in_exec) == "boom"
+    assert not res.success
+    iv, = session().intervals
+    assert iv.error == "ValueError" and iv.path.exists() and iv.peak_allocated == MiB
+    assert load_snapshot(iv.path)["memsnap"]["error"] == "ValueError"
+    out = capsys.readouterr()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
+    assert text.count("Traceback") == 1 and "run_cell_magic" not in text
+    assert "----> 5 f()" in text and "ValueError: boom" in text
+    from memsnap_magic.backends import recording_devices
+    assert recording_devices() == []
+
+
+def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):
+    res = run(torch_ns, "%%memsnap step=1\nw = torch.ones(10)\nraise KeyboardInterrupt")
+    assert isinstance(res.error_in_exec, KeyboardInterrupt)
+    assert session().intervals[0].error == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize("line", ["stpe=5", "step", "step=five", "--step 5", "device=cuda:7",
+                                  "device=xpu", "step=1 steps=2"])
+def test_bad_options_refuse_to_run_the_cell(shell, line):
+    res = shell.run_cell(f"%%memsnap {line}\nran = True")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert "ran" not in shell.user_ns
+    with pytest.raises(UsageError):
+        shell.run_cell_magic("memsnap", line, "ran = True")
+    assert session().intervals == [] and not Path("memsnap").exists()
+
+
+def test_syntax_error_records_nothing(shell):
+    res = shell.run_cell("%%memsnap\nx = (1\n")
+    assert isinstance(res.error_in_exec, SyntaxError)
+    assert session().intervals == []
+
+
+def test_cell_behaves_as_without_the_magic(torch_ns):
+    sh = torch_ns
+    res = run(sh, "%%memsnap\nfrom math import tau\nn = 3\n%time m = n + 1\nm * 10")
+    assert res.success and res.result == 40 and sh.user_ns["m"] == 4 and "tau" in sh.user_ns
+    res = run(sh, "%%memsnap\nm * 10;")
+    assert res.result is None  # a trailing semicolon still silences the value
+    assert [i.step for i in session().intervals] == [1, 2]
+
+
+def test_rerunning_a_step_replaces_interval_and_file(torch_ns):
+    sh = torch_ns
+    run(sh, "%%memsnap step=2\na = torch.empty(2**20, dtype=torch.uint8)")
+    run(sh, "%%memsnap step=2\nb = torch.empty(3*2**20, dtype=torch.uint8)")
+    iv, = session().intervals
+    assert [s for _, s in allocs(iv.path)] == [3 * MiB]
+    run(sh, "%%memsnap\npass")
+    assert [i.step for i in session().intervals] == [2, 3]
+
+
+def test_steps_with_mark_dump_only_the_listed_steps(torch_ns):
+    sh = torch_ns
+    res = run(sh, "%%memsnap steps=1,3\n"
+                  "for step in range(1, 5):\n"
+                  "    mark(step)\n"
+                  "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n")
+    assert res.success
+    assert [i.step for i in session().intervals] == [1, 3]
+    one, three = session().intervals
+    assert [s for _, s in allocs(one.path)] == [MiB]
+    assert [s for _, s in allocs(three.path)] == [3 * MiB]
+    assert three.baseline_allocated == 3 * MiB  # steps 1 and 2 kept theirs
+    assert sorted(p.name for p in Path("memsnap").iterdir()) == ["step1", "step3"]
+
+
+def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
+    sh = torch_ns
+    Path("blocked").write_text("a file where a folder should be")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = run(sh, "%%memsnap out=blocked\nv = torch.ones(4)\nv.sum().item()")
+    assert res.success and res.result == 4.0
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "could not write blocked/step1/" in messages[0]
+    iv, = session().intervals
+    assert iv.path is None and iv.peak_allocated > 0
+    from memsnap_magic.backends import recording_devices
+    assert recording_devices() == []
+
+
+def test_rank_from_environment_and_option(torch_ns, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    run(torch_ns, "%%memsnap step=1\npass")
+    run(torch_ns, "%%memsnap step=1 rank=5\npass")
+    assert [(i.rank, i.path.name.split("_pid")[0]) for i in session().intervals] == [
+        (3, "torch_memory_rank3"), (5, "torch_memory_rank5")]
+
+
+def test_line_magic_commands(shell, capsys):
+    shell.run_line_magic("memsnap", "config tag=fwd max_entries=50")
+    assert session().defaults == {"tag": "fwd", "max_entries": 50}
+    shell.run_cell("%%memsnap\nq = 1")
+    assert session().intervals[0].path.name.startswith("fwd_rank0")
+    shell.run_line_magic("memsnap", "list")
+    out = capsys.readouterr().out
+    assert "step" in out and "cum. peak" in out and "fwd_rank0" in out
+    with pytest.raises(UsageError, match="allowed: config, list, reset, off"):
+        shell.run_line_magic("memsnap", "bogus")
+    with pytest.raises(UsageError, match="tag="):
+        shell.run_line_magic("memsnap", "config tag=a/b")
+    shell.run_cell("%%memsnap clear=false\nq = 2")
+    shell.run_line_magic("memsnap", "off")
+    assert "stopped recording on cpu" in capsys.readouterr().out
+    shell.run_line_magic("memsnap", "reset")
+    assert session().intervals == []
+
+
+def test_help_documents_every_option(shell):
+    doc = shell.find_cell_magic("memsnap").__doc__
+    for key in memsnap_magic.options.OPTIONS:
+        assert f"{key}=" in doc
+    assert "e.g. step=5" in doc
+
+
+def test_reload_leaves_one_magic_and_no_recording(shell):
+    shell.run_cell("%%memsnap clear=false\nq = 1")
+    shell.run_line_magic("reload_ext", "memsnap_magic")
+    from memsnap_magic.backends import recording_devices
+    assert recording_devices() == []
+    assert shell.run_cell("%%memsnap\nq = 2").success
+    shell.run_line_magic("unload_ext", "memsnap_magic")
+    assert "memsnap" not in shell.magics_manager.magics["cell"]
+    assert "mark" not in shell.user_ns
+    shell.run_line_magic("load_ext", "memsnap_magic")
+
+
+def test_recorder_in_a_script(tmp_path):
+    import torch
+
+    from memsnap_magic import Recorder
+
+    with Recorder(step=7, out=tmp_path, device="cpu") as rec:
+        block = torch.empty(MiB, dtype=torch.uint8)
+    iv, = rec.intervals
+    assert iv.peak_increase == MiB and iv.path.parent == tmp_path / "step7"
+    del block
+    with pytest.raises(ValueError, match="context="):
+        Recorder(context="everything")

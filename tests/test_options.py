@@ -1,0 +1,51 @@
+import pytest
+
+from memsnap_magic.options import OPTIONS, OptionError, help_text, parse, parse_given
+
+
+def test_defaults_and_values():
+    v = parse("step=5 out='my runs' device=cuda:1 clear=false max_entries=10 context=none")
+    assert v["step"] == 5 and v["out"] == "my runs" and v["device"] == "cuda:1"
+    assert v["clear"] is False and v["max_entries"] == 10 and v["context"] == "none"
+    assert v["tag"] == "torch_memory" and v["stacks"] == "python"
+
+
+def test_session_defaults_are_overridden_by_the_line():
+    v = parse("tag=b", {"tag": "a", "max_entries": 7})
+    assert v["tag"] == "b" and v["max_entries"] == 7
+
+
+def test_steps_sorted_unique():
+    assert parse("steps=10,1,5,5")["steps"] == (1, 5, 10)
+    assert parse_given("steps=3") == {"steps": (3,)}
+
+
+@pytest.mark.parametrize("line, words", [
+    ("stpe=5", ["unknown option 'stpe'", "step, steps"]),
+    ("step", ["expected key=value"]),
+    ("--step 5", ["expected key=value"]),
+    ("step=five", ["step=", "'five'", "an integer >= 0"]),
+    ("step=-1", ["step=", "an integer >= 0"]),
+    ("device=tpu", ["device=", "auto, cpu, cuda, cuda:K"]),
+    ("device=cpu:1", ["device="]),
+    ("context=some", ["context=", "all, alloc, state, none"]),
+    ("stacks=cpp", ["stacks=", "python, all"]),
+    ("clear=maybe", ["clear=", "true, false"]),
+    ("max_entries=0", ["max_entries=", ">= 1"]),
+    ("tag=a/b", ["tag=", "file name"]),
+    ("step=1 step=2", ["given twice"]),
+    ("step=1 steps=1,2", ["not both"]),
+    ("steps=,", ["steps="]),
+    ("out='unclosed", ["cannot split"]),
+])
+def test_bad_options_name_key_and_allowed_values(line, words):
+    with pytest.raises(OptionError) as info:
+        parse(line)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_help_lists_every_option_with_an_example():
+    text = help_text()
+    for key, opt in OPTIONS.items():
+        assert f"{key}=" in text and opt.example in text

@@ -1,0 +1,84 @@
+import os
+import pickle
+import pickletools
+
+import pytest
+
+from memsnap_magic import SnapshotError, load_snapshot
+from memsnap_magic.snapshot import dump_snapshot
+from snapshots import alloc, snapshot
+
+
+def test_round_trip_protocol_4_builtins_only(tmp_path):
+    snap = snapshot(alloc(0x10, 64), {0x10: 64})
+    snap["segments"][0]["segment_pool_id"] = (0, 0)
+    path = dump_snapshot(snap, tmp_path / "a" / "s.pickle")
+    data = path.read_bytes()
+    assert data[:2] == b"\x80\x04"  # protocol 4: memory_viz reads 2-4 only
+    ops = {op.name for op, _, _ in pickletools.genops(data)}
+    assert not ops & {"GLOBAL", "STACK_GLOBAL", "REDUCE", "INST", "OBJ", "NEWOBJ"}
+    assert load_snapshot(path) == snap
+    assert [p.name for p in path.parent.iterdir()] == ["s.pickle"]  # no temporary left
+    assert oct(path.stat().st_mode & 0o777) != oct(0o600)
+
+
+def test_failed_dump_leaves_no_file(tmp_path):
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        dump_snapshot({"segments": [Unpicklable()], "device_traces": []}, tmp_path / "s.pickle")
+    assert list(tmp_path.iterdir()) == []
+
+
+class Payload:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (open, (self.target, "w"))
+
+
+def test_refuses_globals_without_running_them(tmp_path):
+    target = tmp_path / "pwned"
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": Payload(str(target))}))
+    with pytest.raises(SnapshotError, match="evil.pickle.*refused pickle global"):
+        load_snapshot(path)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "empty file"),
+    (b"not a pickle at all", "not a"),
+    (pickle.dumps({"segments": [], "device_traces": []})[:-5], "not a"),
+    (pickle.dumps([1, 2]), "top level is list"),
+    (pickle.dumps({"segments": []}), "missing key 'device_traces'"),
+    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": "0x1", "size": 3}]]}),
+     "device_traces[0][0]"),
+    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": None}]]}),
+     "device_traces[0][0]"),
+    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": -5}]]}),
+     "device_traces[0][0]"),
+    (pickle.dumps({"segments": [{"device": 0, "address": 0, "blocks": [{"size": 1}]}],
+                   "device_traces": []}), "segments[0].blocks[0]"),
+])
+def test_malformed_files_raise_snapshot_error_naming_the_file(tmp_path, content, words):
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(content)
+    with pytest.raises(SnapshotError) as info:
+        load_snapshot(path)
+    assert str(path) in str(info.value) and words in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SnapshotError, match="cannot read"):
+        load_snapshot(tmp_path / "nope.pickle")
+
+
+def test_unknown_fields_and_actions_are_tolerated(tmp_path):
+    snap = snapshot(alloc(1, 2) + [{"action": "from_the_future", "size": 0, "new": [1]}], {1: 2})
+    snap["brand_new_key"] = {"x": 1}
+    path = dump_snapshot(snap, tmp_path / "s.pickle")
+    assert load_snapshot(path)["brand_new_key"] == {"x": 1}
