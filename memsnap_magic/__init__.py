@@ -16,13 +16,13 @@ _LAZY = {
     "Recorder": "recorder", "mark": "recorder",
     "SnapshotError": "snapshot", "load_snapshot": "snapshot", "dump_snapshot": "snapshot",
     "summarize": "analysis", "Summary": "analysis",
-    "session": "session", "Session": "session", "Interval": "session",
+    "session": "session_state", "Session": "session_state", "Interval": "session_state",
 }
 
 if TYPE_CHECKING:
     from .analysis import Summary, summarize
     from .recorder import Recorder, mark
-    from .session import Interval, Session, session
+    from .session_state import Interval, Session, session
     from .snapshot import SnapshotError, dump_snapshot, load_snapshot
 
 

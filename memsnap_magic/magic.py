@@ -18,7 +18,7 @@ _LINE_COMMANDS = ("config", "list", "reset", "off")
 
 
 def _print_report(iv: Any, previous: Any) -> None:
-    from .session import describe
+    from .session_state import describe
 
     print(describe(iv, previous))
 
@@ -59,7 +59,7 @@ class MemsnapMagics(Magics):
             return self._line(line)
         __tracebackhide__ = True  # noqa: F841
         from .recorder import Recorder
-        from .session import session
+        from .session_state import session
 
         opts = self._parse(line, session().defaults, "%%memsnap")
         if opts["steps"] is None and opts["step"] is None:
@@ -94,7 +94,7 @@ class MemsnapMagics(Magics):
 
     def _line(self, line: str) -> None:
         from .backends import stop_all
-        from .session import session
+        from .session_state import session
 
         command, _, rest = line.strip().partition(" ")
         s = session()

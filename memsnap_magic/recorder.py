@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import options
-from .session import Interval, Session, session as _default_session
+from .session_state import Interval, Session, session as _default_session
 
 _active: list["Recorder"] = []
 

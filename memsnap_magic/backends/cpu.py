@@ -53,7 +53,7 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH) -> dict[int, int]:
         budget[0] -= 1
         if isinstance(obj, torch.Tensor):
             add(obj)
-            if obj.grad is not None:
+            if obj.is_leaf and obj.grad is not None:
                 add(obj.grad)
             return
         if isinstance(obj, torch.nn.Module):
