@@ -236,3 +236,19 @@ def test_recorder_in_a_script(tmp_path):
     del block
     with pytest.raises(ValueError, match="context="):
         Recorder(context="everything")
+
+
+def test_profiler_log_lines_stay_out_of_the_cell_output():
+    # A tensor allocated before recording and freed inside the cell makes PyTorch's CPU
+    # allocator print "Memory block of unknown size..." once per process; kineto prints USDT
+    # lines at start/stop. Neither may reach the user.
+    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
+            "sh = InteractiveShell.instance()\n"
+            "sh.run_cell('import torch\\nold = torch.ones(1000)')\n"
+            "sh.run_line_magic('load_ext', 'memsnap_magic')\n"
+            "r = sh.run_cell('%%memsnap device=cpu\\ndel old\\nnew = torch.ones(10)')\n"
+            "assert r.success\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    noise = out.stdout + out.stderr
+    assert "unknown size" not in noise and "USDT" not in noise
+    assert "memsnap step 1 · cpu" in out.stdout
