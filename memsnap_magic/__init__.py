@@ -38,19 +38,26 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
+    from .execute import SyntaxCheck
     from .magic import MemsnapMagics
     from .recorder import mark
 
     ipython.register_magics(MemsnapMagics)
     ipython.user_ns.setdefault("mark", mark)
+    cleanup = getattr(ipython, "input_transformers_cleanup", None)
+    if cleanup is not None and not any(isinstance(t, SyntaxCheck) for t in cleanup):
+        cleanup.append(SyntaxCheck(ipython))
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
     from .backends import stop_all
+    from .execute import SyntaxCheck
     from .recorder import mark
 
     stop_all()
+    cleanup = getattr(ipython, "input_transformers_cleanup", [])
+    cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
     if ipython.user_ns.get("mark") is mark:
         del ipython.user_ns["mark"]
     magics = ipython.magics_manager.magics

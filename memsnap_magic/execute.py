@@ -27,13 +27,20 @@ class CellCode:
         # Tracebacks show line 1 as the magic's line; Python parses it as a blank line.
         self.filename = shell.compile.cache(header + "\n" + transformed, shell.execution_count,
                                             raw_code=header + "\n" + body)
-        tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
-        body_nodes = list(tree.body) if tree is not None else []
-        last = body_nodes.pop() if body_nodes and isinstance(body_nodes[-1], ast.Expr) else None
-        self._exec = (shell.compile(ast.Module(body_nodes, []), self.filename, "exec")
-                      if body_nodes else None)
-        self._eval = (shell.compile(ast.Expression(last.value), self.filename, "eval")
-                      if last is not None else None)
+        try:
+            tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
+            body_nodes = list(tree.body) if tree is not None else []
+            last = body_nodes.pop() if body_nodes and isinstance(body_nodes[-1], ast.Expr) else None
+            self._exec = (shell.compile(ast.Module(body_nodes, []), self.filename, "exec")
+                          if body_nodes else None)
+            self._eval = (shell.compile(ast.Expression(last.value), self.filename, "eval")
+                          if last is not None else None)
+        except SyntaxError as e:
+            # IPython prints a plain SyntaxError's full call stack when it comes from running
+            # code; a subclass goes through _render_traceback_ and reads like a cell's error.
+            error = e if type(e) is not SyntaxError else _BodySyntaxError(*e.args)
+            _render_from_cell(shell, error, self.filename)
+            raise error from None
         # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
         self._quiet = shell.displayhook.semicolon_at_end_of_expression(transformed)
 
@@ -51,6 +58,36 @@ class CellCode:
             raise
 
 
+class SyntaxCheck:
+    """Input transformer: a ``%%memsnap`` cell whose body does not compile is handed to IPython as
+    the body alone, so IPython reports the SyntaxError exactly as for an ordinary cell (and
+    nothing is recorded). Registered in ``input_transformers_cleanup`` by ``%load_ext``.
+    """
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+
+    def __call__(self, lines: list[str]) -> list[str]:
+        if not lines or not lines[0].lstrip().startswith("%%memsnap"):
+            return lines
+        body = "".join(lines[1:])
+        try:
+            compile("\n" + self.shell.transform_cell(body), "<memsnap-check>", "exec",
+                    self.shell.compile.flags | ast.PyCF_ONLY_AST, True)
+        except SyntaxError:
+            return ["\n", *lines[1:]]
+        except Exception:  # any other trouble: leave the cell to the magic
+            return lines
+        return lines
+
+
+class _BodySyntaxError(SyntaxError):
+    """A syntax error in a ``%%memsnap`` body (shown and named exactly like ``SyntaxError``)."""
+
+
+_BodySyntaxError.__name__ = _BodySyntaxError.__qualname__ = "SyntaxError"
+
+
 class _CellTraceback:
     """One-shot ``_render_traceback_``: the traceback from the cell's first frame on.
 
@@ -58,8 +95,8 @@ class _CellTraceback:
     the outer ``run_cell_magic(...)`` line and our frames out of what the user reads.
     """
 
-    def __init__(self, shell: Any, filename: str) -> None:
-        self.shell, self.filename = shell, filename
+    def __init__(self, shell: Any, filename: str, owner: BaseException) -> None:
+        self.shell, self.filename, self.owner = shell, filename, owner
 
     def __call__(self) -> list[str]:
         value = self.owner
@@ -67,6 +104,8 @@ class _CellTraceback:
             del value._render_traceback_
         except AttributeError:
             pass
+        if isinstance(value, SyntaxError):
+            return self.shell.SyntaxTB.structured_traceback(type(value), value, [])
         tb = value.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
             tb = tb.tb_next
@@ -77,9 +116,7 @@ class _CellTraceback:
 def _render_from_cell(shell: Any, exc: BaseException, filename: str) -> None:
     if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
         return  # the exception renders itself (ipyparallel's RemoteError, for one)
-    renderer = _CellTraceback(shell, filename)
-    renderer.owner = exc
     try:
-        exc._render_traceback_ = renderer  # type: ignore[attr-defined]
+        exc._render_traceback_ = _CellTraceback(shell, filename, exc)  # type: ignore[attr-defined]
     except (AttributeError, TypeError):
         pass

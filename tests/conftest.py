@@ -32,5 +32,7 @@ def fresh_session():
     yield
     backends.stop_all()
     backends._live.clear()
+    from memsnap_magic.backends.accelerator import AcceleratorBackend
+    AcceleratorBackend._recording.clear()
     session().reset()
     session()._listeners.clear()

@@ -138,6 +138,26 @@ def test_clear_false_keeps_recording_on(shell, fake):
     assert session().intervals[1].trace_entries == 2 and fake.enabled is None
 
 
+def test_a_continued_chain_keeps_the_allocator_peak_of_the_whole_chain(shell, fake):
+    shell.run_cell("%%memsnap step=1 clear=false\na = fa.alloc(100)\nfa.free(a)")
+    shell.run_cell("%%memsnap step=2\nb = fa.alloc(5)")
+    assert [c[0] for c in fake.calls].count("reset_peak") == 1
+    two = session().intervals[1]
+    assert two.peak_allocated == two.allocator_peak_allocated == 100
+
+
+def test_stopping_one_device_stops_the_kind_for_all(fake):
+    fa = fake
+    zero = AcceleratorBackend("cuda", 0, fa.device, fa.memory)
+    one = AcceleratorBackend("cuda", 1, fa.device, fa.memory)
+    for b in (zero, one):
+        b.configure({})
+    zero.begin(fresh=True)
+    assert one.recording
+    one.end(keep=False)  # enabled=None stops and clears every CUDA device
+    assert not zero.recording and fa.enabled is None
+
+
 def test_unload_stops_recording(shell, fake):
     shell.run_cell("%%memsnap step=1 clear=false\na = fa.alloc(100)")
     shell.run_line_magic("unload_ext", "memsnap_magic")

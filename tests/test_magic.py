@@ -123,9 +123,17 @@ def test_bad_options_refuse_to_run_the_cell(shell, line):
     assert session().intervals == [] and not Path("memsnap").exists()
 
 
-def test_syntax_error_records_nothing(shell):
-    res = shell.run_cell("%%memsnap\nx = (1\n")
-    assert isinstance(res.error_in_exec, SyntaxError)
+@pytest.mark.parametrize("body, error", [("x = 1\nx = (1\n", SyntaxError),
+                                         ("if True:\nprint(1)\n", IndentationError)])
+def test_syntax_error_reads_as_in_a_plain_cell_and_records_nothing(shell, capsys, body, error):
+    res = shell.run_cell("%%memsnap\n" + body)
+    assert type(res.error_before_exec) is error
+    assert res.error_before_exec.lineno == 3  # the cell's own line numbers
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "".join(capsys.readouterr()))
+    assert "Cell In[" in text and "Traceback" not in text and "run_cell_magic" not in text
+    assert session().intervals == []
+    with pytest.raises(error):  # called directly, the magic raises it too
+        shell.run_cell_magic("memsnap", "", body)
     assert session().intervals == []
 
 
@@ -215,12 +223,15 @@ def test_help_documents_every_option(shell):
 def test_reload_leaves_one_magic_and_no_recording(shell):
     shell.run_cell("%%memsnap clear=false\nq = 1")
     shell.run_line_magic("reload_ext", "memsnap_magic")
+    from memsnap_magic.execute import SyntaxCheck
+    assert sum(isinstance(t, SyntaxCheck) for t in shell.input_transformers_cleanup) == 1
     from memsnap_magic.backends import recording_devices
     assert recording_devices() == []
     assert shell.run_cell("%%memsnap\nq = 2").success
     shell.run_line_magic("unload_ext", "memsnap_magic")
     assert "memsnap" not in shell.magics_manager.magics["cell"]
     assert "mark" not in shell.user_ns
+    assert not any(isinstance(t, SyntaxCheck) for t in shell.input_transformers_cleanup)
     shell.run_line_magic("load_ext", "memsnap_magic")
 
 

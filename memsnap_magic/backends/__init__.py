@@ -102,11 +102,17 @@ def recording_devices() -> list[str]:
 
 def stop_all() -> list[str]:
     """Stop every recording we started; returns the devices that were recording."""
-    stopped = []
+    stopped, failures = [], []
     for name, backend in _live.items():
         if backend.recording:
             try:
                 backend.end(keep=False)
-            finally:
                 stopped.append(name)
+            except Exception as e:  # try every backend; report what could not stop
+                failures.append(f"{name}: {type(e).__name__}: {e}")
+    if failures:
+        import warnings
+
+        warnings.warn("memsnap: could not stop recording on " + "; ".join(failures),
+                      RuntimeWarning, stacklevel=2)
     return stopped

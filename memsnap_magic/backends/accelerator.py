@@ -18,14 +18,19 @@ _CONTEXT = {"all": "all", "alloc": "alloc", "state": "state", "none": None}
 
 
 class AcceleratorBackend:
-    """Recording on one accelerator device through its ``torch.<kind>.memory`` module."""
+    """Recording on one accelerator device through its ``torch.<kind>.memory`` module.
+
+    PyTorch records every device of a kind at once and ``enabled=None`` stops and clears them
+    all, so whether recording is on is kept per kind, shared by that kind's devices.
+    """
+
+    _recording: dict[str, bool] = {}
 
     def __init__(self, kind: str, index: int, device_module: ModuleType,
                  memory_module: ModuleType, clear_route: str = "auto") -> None:
         self.device = f"{kind}:{index}"
         self.kind, self.index = kind, index
         self.trace_index = index
-        self.recording = False
         self._dev = device_module
         self._mem = memory_module
         params = inspect.signature(memory_module._record_memory_history).parameters
@@ -48,6 +53,14 @@ class AcceleratorBackend:
                                "unset it to use %%memsnap on CUDA")
         return cls(kind, int(index), module, module.memory)
 
+    @property
+    def recording(self) -> bool:
+        return self._recording.get(self.kind, False)
+
+    @recording.setter
+    def recording(self, value: bool) -> None:
+        self._recording[self.kind] = value
+
     def configure(self, settings: dict[str, Any]) -> None:
         self._settings = {
             "context": _CONTEXT[settings.get("context", "all")],
@@ -68,13 +81,14 @@ class AcceleratorBackend:
             raise
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
-        if not (self.recording and not fresh):
-            if self.clear_route == "flag":
-                self._record("all", clear_history=True)
-            else:
-                self._record(None)
-                self._record("all")
-            self.recording = True
+        if self.recording and not fresh:
+            return  # continuing a clear=false chain: history and peak stats span the chain
+        if self.clear_route == "flag":
+            self._record("all", clear_history=True)
+        else:
+            self._record(None)
+            self._record("all")
+        self.recording = True
         self._dev.reset_peak_memory_stats(self.index)
 
     def snapshot(self) -> dict[str, Any]:
@@ -83,8 +97,8 @@ class AcceleratorBackend:
     def end(self, *, keep: bool) -> None:
         if keep:
             return
-        self.recording = False
         self._record(None)
+        self.recording = False
 
     def allocator_peak(self) -> int | None:
         return int(self._dev.max_memory_allocated(self.index))

@@ -246,8 +246,8 @@ class CpuBackend:
     def end(self, *, keep: bool) -> None:
         if keep or not self.recording:
             return
-        self.recording = False
         self._profiler.stop()
+        self.recording = False
         self._events = []
         self._live_start = {}
         self._namespace = None

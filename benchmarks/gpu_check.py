@@ -1,0 +1,799 @@
+"""End-to-end check of ``%%memsnap`` on a real CUDA device, in a few minutes.
+
+Run it on the GPU machine from the repository root::
+
+    pip install -e .
+    python benchmarks/gpu_check.py                      # results in benchmarks/results/
+    python benchmarks/gpu_check.py --out-dir "$OUT" --work-dir /tmp/memsnap_gpu_work
+
+``--work-dir`` is where the shell runs and the per-step snapshots go (default ``<out-dir>/work``);
+put it elsewhere to keep those files out of what you collect. Without ``pip install -e .`` the
+script imports the package from the checkout it lives in (torch and IPython must be installed).
+
+Without CUDA (or with ``--dry-run``) the same flow runs on the CPU backend with a tiny model and
+fewer repeats, and the OOM provocation is skipped; it takes well under a minute on 2 cores and is
+what ``tests/test_gpu_check.py`` runs. A dry run writes to ``benchmarks/results/dry_run/`` unless
+``--out-dir`` is given, so it never overwrites a real GPU result.
+
+What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
+
+1. ``setup``: a ``TransformerEncoderLayer`` (d_model=512, nhead=8; batch 16, seq 128) with AdamW.
+2. Four phases of recorded training steps, each with one step that leaks a tensor of known size:
+   ``%%memsnap step=N`` cells, then ``%%memsnap steps=...`` cells with ``mark(step)`` in a loop,
+   each under the default clearing route (``clear_history=True`` where torch has it) and under
+   disable + re-enable (``clear_route="toggle"``). Every step's file is loaded and checked to hold
+   only that step's entries (see ``verify_reset``), and its snapshot-derived peak (requested bytes)
+   is compared with ``torch.cuda.max_memory_allocated`` (rounded bytes). Between two
+   ``step=N`` cells the first cell's end already switched recording off (``enabled=None``, which
+   clears as well), so the route's own clearing is isolated only in the ``steps=`` phases.
+3. ``oom``: a cell that raises ``torch.cuda.OutOfMemoryError``; the error must reach IPython
+   unchanged and the step's snapshot must hold an ``oom`` trace entry.
+4. ``fixtures``: two small real snapshots (<= 2 MB) copied to ``<out-dir>/fixtures/``.
+5. ``overhead``: median wall time of a few training steps plain vs under ``%%memsnap
+   stacks=python`` (``overhead_ratio``), and the magic's latency after the cell body vs a bare
+   ``_snapshot()`` + ``pickle.dump(protocol=4)`` (``added_latency_ratio``).
+
+Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
+bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
+``<out-dir>/gpu.json``, which is rewritten after every section, and the next section runs.
+Exit status: 0 when every section ran, 1 when any failed. Failed *checks* (a reset that did not
+hold, a missing ``oom`` entry) are results, not failures: read ``checks`` in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import io
+import json
+import os
+import pickle
+import shlex
+import shutil
+import signal
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+try:
+    import memsnap_magic  # noqa: F401
+except ImportError:  # not installed: run from a checkout
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+MiB = 1 << 20
+FIXTURE_LIMIT = 2_000_000          # bytes: "<= 2 MB" under either reading of MB
+OOM_NUMEL = int(1e15)              # 4 PB of float32: refused at once by any allocator
+FIXTURE_MAX_ENTRIES = (100_000, 2_000, 500, 120)  # tried in order until the file fits
+
+
+class SectionTimeout(BaseException):
+    """Raised by SIGALRM when a section overruns; a BaseException so no ``except Exception``
+    inside the package swallows it."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and repeat counts: the real GPU run or the CPU dry run."""
+
+    device: str              # "cuda" or "cpu"
+    d_model: int
+    nhead: int
+    ff: int
+    batch: int
+    seq: int
+    leak_bytes: int
+    gap_s: float             # idle time between intervals, so their time_us ranges cannot touch
+    repeats: int             # interleaved repeats of the overhead measurement
+    bench_steps: int         # training steps per timed cell
+    section_timeout_s: int
+
+    @property
+    def dry_run(self) -> bool:
+        return self.device == "cpu"
+
+
+GPU_PLAN = Plan(device="cuda", d_model=512, nhead=8, ff=2048, batch=16, seq=128,
+                leak_bytes=64 * MiB, gap_s=0.1, repeats=7, bench_steps=3, section_timeout_s=180)
+DRY_PLAN = Plan(device="cpu", d_model=32, nhead=4, ff=64, batch=4, seq=16,
+                leak_bytes=1 * MiB, gap_s=0.03, repeats=3, bench_steps=2, section_timeout_s=60)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    mode: str                # "cell": one %%memsnap cell per step; "marked": steps= + mark()
+    route: str               # "default" or "toggle"
+    steps: tuple[int, ...]
+    leak_step: int
+
+
+PHASES = (
+    Phase("cell_steps_default", "cell", "default", (1, 2, 3), 2),
+    Phase("cell_steps_toggle", "cell", "toggle", (4, 5, 6), 5),
+    Phase("marked_steps_default", "marked", "default", (7, 8, 9), 8),
+    Phase("marked_steps_toggle", "marked", "toggle", (10, 11, 12), 11),
+)
+
+
+@dataclass
+class Leak:
+    step: int
+    addr: int
+    size: int
+
+
+@dataclass
+class State:
+    """What the sections share."""
+
+    plan: Plan
+    out_dir: Path
+    work_dir: Path
+    results: dict[str, Any]
+    shell: Any = None
+    leaks: list[Leak] = field(default_factory=list)
+    previous_keys: set[tuple[Any, ...]] = field(default_factory=set)
+    oom_path: Path | None = None
+    log: io.StringIO = field(default_factory=io.StringIO)
+    deadline: float = float("inf")   # time.perf_counter() after which no section starts
+
+
+# --------------------------------------------------------------------------- shell and cells
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def make_shell(work_dir: Path) -> Any:
+    """A fresh in-process IPython shell, history off, cwd ``work_dir``, memsnap_magic loaded."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(work_dir)
+    InteractiveShell.clear_instance()
+    cfg = Config()
+    cfg.HistoryAccessor.enabled = False
+    shell = InteractiveShell.instance(config=cfg)
+    shell.run_line_magic("load_ext", "memsnap_magic")
+    return shell
+
+
+def run_cell(state: State, code: str) -> tuple[Any, list[str]]:
+    """Run one cell with its printed output kept in the log; returns (result, warnings)."""
+    buf = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, \
+            contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        warnings.simplefilter("always")
+        res = state.shell.run_cell(code, store_history=True)
+    state.log.write(f"--- cell\n{code}\n--- output\n{buf.getvalue()}\n")
+    if isinstance(res.error_in_exec, SectionTimeout):
+        raise res.error_in_exec
+    notes = [f"{w.category.__name__}: {w.message}" for w in caught
+             if "memsnap" in str(w.message)]
+    return res, notes
+
+
+def setup_code(plan: Plan) -> str:
+    return f"""
+import time
+import torch
+torch.manual_seed(0)
+_dev = torch.device({plan.device!r})
+model = torch.nn.TransformerEncoderLayer(d_model={plan.d_model}, nhead={plan.nhead},
+                                         dim_feedforward={plan.ff}, batch_first=True).to(_dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn({plan.batch}, {plan.seq}, {plan.d_model}, device=_dev)
+leak = []
+t_start, t_marked = {{}}, {{}}
+
+def train_step():
+    loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+def sync():
+    if _dev.type == "cuda":
+        torch.cuda.synchronize()
+
+for _ in range(2):  # warm-up: optimizer state, library workspaces
+    loss = train_step()
+sync()
+"""
+
+
+def leak_line(plan: Plan, indent: str = "") -> str:
+    return f"{indent}leak.append(torch.empty({plan.leak_bytes}, dtype=torch.uint8, device=_dev))\n"
+
+
+def require_success(res: Any, what: str) -> None:
+    if not res.success:
+        err = res.error_in_exec or res.error_before_exec
+        raise RuntimeError(f"{what} failed: {type(err).__name__}: {err}")
+
+
+# --------------------------------------------------------------------------- backends and routes
+
+
+def device_key(plan: Plan) -> str:
+    return f"cuda:{torch.cuda.current_device()}" if plan.device == "cuda" else "cpu"
+
+
+def use_route(plan: Plan, route: str) -> None:
+    """Stop any recording and make the next cells use ``route`` ("default" or "toggle")."""
+    from memsnap_magic import backends
+
+    backends.stop_all()
+    if plan.device != "cuda":
+        return  # the CPU backend has a single route: restart the profiler
+    from memsnap_magic.backends.accelerator import AcceleratorBackend
+
+    key = device_key(plan)
+    if route == "default":
+        backends._live.pop(key, None)  # the magic builds it as usual (clear_route="auto")
+    else:
+        backends._live[key] = AcceleratorBackend("cuda", torch.cuda.current_device(), torch.cuda,
+                                                 torch.cuda.memory, clear_route=route)
+
+
+def current_route(plan: Plan) -> str:
+    from memsnap_magic import backends
+
+    backend = backends._live.get(device_key(plan))
+    if backend is None:
+        return "none"
+    return getattr(backend, "clear_route", "cpu-profiler")
+
+
+def interval_for(step: int, tag: str = "torch_memory") -> Any:
+    from memsnap_magic import session
+
+    found = [iv for iv in session().intervals if iv.step == step and iv.tag == tag]
+    if not found:
+        raise RuntimeError(f"no interval recorded for step {step} tag {tag}")
+    return found[-1]
+
+
+def abs_path(path: Any) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else Path.cwd() / p
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def device_trace(snap: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+    index = torch.cuda.current_device() if plan.device == "cuda" else 0
+    traces = snap["device_traces"]
+    return traces[index] if index < len(traces) else []
+
+
+def entry_key(e: dict[str, Any]) -> tuple[Any, ...]:
+    return (e["action"], e.get("addr"), e["size"], e.get("time_us"))
+
+
+def verify_reset(trace: list[dict[str, Any]], window: tuple[int, int], previous_keys: set[tuple[Any, ...]],
+                 earlier_leaks: list[Leak], own_leak: Leak | None) -> dict[str, Any]:
+    """Does this step's trace hold only this step's entries? Four independent checks.
+
+    - ``in_window``: every ``time_us`` lies in [start - gap/2, end + gap/2]. ``start`` is taken
+      just before the step begins and follows an idle gap after the previous step ended, so an
+      entry left over from the previous step is at least ``gap`` older than ``start``; the gap/2
+      margin absorbs the approximate-clock conversion of ``time_us``, which is far below 50 ms.
+    - ``shared_with_previous``: entries identical to one of the previous step's, including their
+      microsecond timestamp, can only be copies that survived the clear (with no ``time_us``
+      identical allocation patterns repeat legitimately, so then this check is skipped).
+    - ``stale_leak_allocs``: an earlier step leaked a tensor that is still alive, so the allocator
+      cannot hand out its address again; an ``alloc`` of that (address, size) here is stale.
+    - ``own_leak_seen``: positive control; the leaking step itself must show its leak's alloc,
+      so the two checks above are not passing vacuously on an empty or blind trace.
+
+    In ``%%memsnap step=N`` cells the previous cell already switched recording off (which clears
+    too), so the route's own clearing is exercised alone only by the ``steps=`` + ``mark()`` phases.
+    """
+    lo, hi = window
+    times = [e["time_us"] for e in trace if "time_us" in e]
+    allocs = {(e.get("addr"), e["size"]) for e in trace if e["action"] == "alloc"}
+    checks: dict[str, Any] = {"nonempty": bool(trace),
+                              "entries_before_start": sum(t < lo for t in times),
+                              "entries_after_end": sum(t > hi for t in times),
+                              "in_window": (lo <= min(times) and max(times) <= hi) if times else None,
+                              # diagnostics for the clock: first entry after lo, last before hi (us)
+                              "first_entry_after_lo_us": (min(times) - lo) if times else None,
+                              "last_entry_before_hi_us": (hi - max(times)) if times else None,
+                              # informational: the marker each _snapshot() leaves after its read
+                              # (CUDA); the previous dump's marker should have been cleared
+                              "snapshot_markers": sum(e["action"] == "snapshot" for e in trace)}
+    if times and len(times) == len(trace):
+        checks["shared_with_previous"] = len({entry_key(e) for e in trace} & previous_keys)
+    else:
+        checks["shared_with_previous"] = None
+    checks["stale_leak_allocs"] = sum((lk.addr, lk.size) in allocs for lk in earlier_leaks)
+    checks["own_leak_seen"] = ((own_leak.addr, own_leak.size) in allocs) if own_leak else None
+    checks["verified"] = bool(checks["nonempty"] and checks["in_window"] is not False
+                              and not checks["shared_with_previous"]
+                              and checks["stale_leak_allocs"] == 0
+                              and checks["own_leak_seen"] is not False)
+    return checks
+
+
+def reference_peak(snap: dict[str, Any], device: int) -> int:
+    """Interval peak by the plain recipe of docs/snapshot-format.md section 5.1 (cross-check)."""
+    live: dict[int, int] = {}
+    baseline, deltas = 0, []
+    trace = snap["device_traces"][device] if device < len(snap["device_traces"]) else []
+    frees = ("free_completed", "free") if any(e["action"] in ("free_completed", "free") for e in trace) \
+        else ("free_requested",)
+    for e in trace:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            deltas.append(e["size"])
+        elif e["action"] in frees:
+            size = live.pop(e["addr"], None)
+            if size is None:
+                size = e["size"]
+                baseline += size
+            deltas.append(-size)
+    for seg in snap["segments"]:
+        if seg["device"] != device:
+            continue
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated" and addr not in live:
+                baseline += b.get("requested_size") or b["size"]
+            addr += b["size"]
+    cur = peak = baseline
+    for d in deltas:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def step_record(state: State, step: int, phase: Phase, window: tuple[int, int],
+                notes: list[str]) -> dict[str, Any]:
+    """Load the step's file, run the reset checks, compare the peaks."""
+    from memsnap_magic import load_snapshot
+
+    plan = state.plan
+    iv = interval_for(step)
+    path = abs_path(iv.path) if iv.path is not None else None
+    if path is None:
+        raise RuntimeError(f"step {step}: snapshot was not written ({notes})")
+    snap = load_snapshot(path)
+    trace = device_trace(snap, plan)
+    own = next((lk for lk in state.leaks if lk.step == step), None)
+    earlier = [lk for lk in state.leaks if lk.step < step]
+    checks = verify_reset(trace, window, state.previous_keys, earlier, own)
+    state.previous_keys = {entry_key(e) for e in trace}
+    index = torch.cuda.current_device() if plan.device == "cuda" else 0
+    alloc_peak = iv.allocator_peak_allocated
+    snap_peak = iv.peak_allocated
+    return {
+        "step": step, "phase": phase.name, "mode": phase.mode, "clear_route": current_route(plan),
+        "leaked_bytes": plan.leak_bytes if own else 0,
+        "snapshot_peak_allocated": int(snap_peak),
+        "reference_peak_allocated": reference_peak(snap, index),
+        "allocator_max_memory_allocated": None if alloc_peak is None else int(alloc_peak),
+        "peak_gap_rel": None if not alloc_peak else (alloc_peak - snap_peak) / alloc_peak,
+        "baseline_allocated": int(iv.baseline_allocated), "end_allocated": int(iv.end_allocated),
+        "kept": int(iv.kept),
+        "reset_verified": checks.pop("verified"), "reset_checks": checks,
+        "trace_entries": int(iv.trace_entries), "overflowed": bool(iv.overflowed),
+        "file": str(path), "file_bytes": iv.file_bytes,
+        "warnings": notes,
+    }
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def section_setup(state: State) -> None:
+    state.shell = make_shell(state.work_dir)
+    res, _ = run_cell(state, setup_code(state.plan))
+    require_success(res, "setup cell")
+
+
+def note_leak(state: State, step: int) -> None:
+    t = state.shell.user_ns["leak"][-1]
+    state.leaks.append(Leak(step=step, addr=int(t.data_ptr()), size=int(t.nbytes)))
+
+
+def run_cell_phase(state: State, phase: Phase) -> None:
+    """One ``%%memsnap step=N`` cell per step; start time taken just before each cell."""
+    plan = state.plan
+    use_route(plan, phase.route)
+    for step in phase.steps:
+        body = "loss = train_step()\n" + (leak_line(plan) if step == phase.leak_step else "") + "sync()\n"
+        time.sleep(plan.gap_s)
+        start = now_us()
+        res, notes = run_cell(state, f"%%memsnap step={step} device={plan.device}\n{body}")
+        end = now_us()
+        require_success(res, f"step {step}")
+        if step == phase.leak_step:
+            note_leak(state, step)
+        margin = int(plan.gap_s * 1e6 / 2)
+        state.results["steps"].append(step_record(state, step, phase, (start - margin, end + margin),
+                                                  notes))
+
+
+def run_marked_phase(state: State, phase: Phase) -> None:
+    """One ``%%memsnap steps=...`` cell; ``mark(step)`` starts each step inside a loop."""
+    plan = state.plan
+    use_route(plan, phase.route)
+    listed = ",".join(map(str, phase.steps))
+    code = (f"%%memsnap steps={listed} device={plan.device}\n"
+            f"for _s in {phase.steps!r}:\n"
+            f"    sync()\n"
+            f"    time.sleep({plan.gap_s})\n"
+            f"    t_start[_s] = time.time_ns() // 1000\n"
+            f"    mark(_s)\n"
+            f"    t_marked[_s] = time.time_ns() // 1000\n"
+            f"    loss = train_step()\n"
+            f"    if _s == {phase.leak_step}:\n" + leak_line(plan, "        ") +
+            "sync()\n")
+    res, notes = run_cell(state, code)
+    end = now_us()
+    require_success(res, f"marked cell {listed}")
+    ns = state.shell.user_ns
+    for leaked in (lk for lk in ns["leak"] if int(lk.data_ptr()) not in {x.addr for x in state.leaks}):
+        state.leaks.append(Leak(step=phase.leak_step, addr=int(leaked.data_ptr()), size=int(leaked.nbytes)))
+    margin = int(plan.gap_s * 1e6 / 2)
+    for n, step in enumerate(phase.steps):
+        # step N's snapshot is taken inside mark(N+1): t_marked of the next step bounds it
+        hi = ns["t_marked"][phase.steps[n + 1]] if n + 1 < len(phase.steps) else end
+        window = (ns["t_start"][step] - margin, hi + margin)
+        state.results["steps"].append(step_record(state, step, phase, window, notes))
+
+
+def section_phase(phase: Phase) -> Callable[[State], None]:
+    def run(state: State) -> None:
+        if state.shell is None:
+            raise RuntimeError("setup failed; nothing to run")
+        (run_cell_phase if phase.mode == "cell" else run_marked_phase)(state, phase)
+
+    run.__name__ = phase.name
+    return run
+
+
+def section_oom(state: State) -> None:
+    plan = state.plan
+    if plan.device != "cuda":
+        state.results["oom"] = {"skipped": True, "reason": "no CUDA device (dry run)"}
+        return
+    from memsnap_magic import load_snapshot
+
+    use_route(plan, "default")
+    step = 50
+    code = (f"%%memsnap step={step} device=cuda tag=oom\n"
+            f"small = torch.empty(1 << 20, device=_dev)\n"
+            f"huge = torch.empty({OOM_NUMEL}, device=_dev)\n")
+    t0 = time.perf_counter()
+    res, notes = run_cell(state, code)
+    elapsed = time.perf_counter() - t0
+    err = res.error_in_exec
+    iv = interval_for(step, "oom")
+    path = abs_path(iv.path) if iv.path is not None else None
+    oom_entries = []
+    if path is not None:
+        oom_entries = [e for e in device_trace(load_snapshot(path), plan) if e["action"] == "oom"]
+        state.oom_path = path
+    state.shell.user_ns.pop("small", None)
+    torch.cuda.empty_cache()
+    state.results["oom"] = {
+        "skipped": False, "step": step, "elapsed_s": round(elapsed, 3),
+        "error_type": None if err is None else f"{type(err).__module__}.{type(err).__qualname__}",
+        "error_is_cuda_oom": type(err) is torch.cuda.OutOfMemoryError,
+        "cell_failed": not res.success, "interval_error": iv.error,
+        "file": None if path is None else str(path), "file_bytes": iv.file_bytes,
+        "oom_entries": len(oom_entries),
+        "oom_entry": {k: v for k, v in oom_entries[0].items() if k != "frames"} if oom_entries else None,
+        "warnings": notes,
+    }
+
+
+def fixture_step(state: State) -> tuple[Path, int]:
+    """A training-step snapshot under the size limit: the full step if it fits, else a ring."""
+    plan = state.plan
+    use_route(plan, "default")
+    for n, max_entries in enumerate(FIXTURE_MAX_ENTRIES):
+        step = 60 + n
+        res, _ = run_cell(state, f"%%memsnap step={step} device={plan.device} tag=fixture "
+                                 f"max_entries={max_entries}\nloss = train_step()\nsync()\n")
+        require_success(res, "fixture cell")
+        iv = interval_for(step, "fixture")
+        if iv.path is not None and iv.file_bytes is not None and iv.file_bytes <= FIXTURE_LIMIT:
+            return abs_path(iv.path), max_entries
+    raise RuntimeError(f"no step snapshot under {FIXTURE_LIMIT} bytes, even with "
+                       f"max_entries={FIXTURE_MAX_ENTRIES[-1]}")
+
+
+def copy_fixture(src: Path, dest: Path) -> dict[str, Any]:
+    from memsnap_magic import load_snapshot
+
+    size = src.stat().st_size
+    if size > FIXTURE_LIMIT:
+        raise RuntimeError(f"{src} is {size} bytes, over the {FIXTURE_LIMIT}-byte fixture limit")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    snap = load_snapshot(dest)  # must load with the package's safe loader
+    return {"path": str(dest), "bytes": dest.stat().st_size,
+            "trace_entries": sum(len(t) for t in snap["device_traces"])}
+
+
+def section_fixtures(state: State) -> None:
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    kind = state.plan.device
+    dest = state.out_dir / "fixtures"
+    fixtures: dict[str, Any] = {}
+    state.results["fixtures"] = fixtures
+    path, max_entries = fixture_step(state)
+    fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(path, dest / f"{kind}_step.pickle"),
+                                           max_entries=max_entries)
+    if kind == "cuda":
+        if state.oom_path is None:
+            raise RuntimeError("the oom section left no snapshot to copy")
+        fixtures["cuda_oom.pickle"] = copy_fixture(state.oom_path, dest / "cuda_oom.pickle")
+
+
+def bare_recorder(plan: Plan, path: Path) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(begin, dump): the recording the magic does, minus the magic, for the latency baseline.
+
+    CUDA: ``_record_memory_history`` with the magic's settings, then ``_snapshot()`` +
+    ``pickle.dump(protocol=4)`` + disable. CPU (dry run): the CPU backend used directly.
+    """
+    if plan.device == "cuda":
+        mem = torch.cuda.memory
+        params = inspect.signature(mem._record_memory_history).parameters
+        wanted = {"context": "all", "stacks": "python", "max_entries": 100_000, "clear_history": True}
+        kwargs = {k: v for k, v in wanted.items() if k in params}
+
+        def begin() -> None:
+            if "clear_history" not in params:
+                mem._record_memory_history(None)
+            mem._record_memory_history("all", **kwargs)
+
+        def stop() -> None:
+            mem._record_memory_history(None)
+
+        snapshot = mem._snapshot
+    else:
+        from memsnap_magic.backends.cpu import CpuBackend
+
+        backend = CpuBackend()
+
+        def begin() -> None:
+            backend.begin(fresh=True, namespace=None)
+
+        def stop() -> None:
+            backend.end(keep=False)
+
+        snapshot = backend.snapshot
+
+    def dump() -> None:
+        snap = snapshot()
+        with open(path, "wb") as f:
+            pickle.dump(snap, f, protocol=4)
+        stop()
+
+    return begin, dump
+
+
+def timed_cell(state: State, code: str) -> tuple[float, float]:
+    """(total wall seconds of the cell, seconds from the body's end until the cell returned)."""
+    t0 = time.perf_counter()
+    res, _ = run_cell(state, code)
+    t1 = time.perf_counter()
+    require_success(res, "timed cell")
+    return t1 - t0, t1 - state.shell.user_ns["_t_body_end"]
+
+
+def section_overhead(state: State) -> None:
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    plan = state.plan
+    use_route(plan, "default")
+    bench = state.work_dir / "bench"
+    bench.mkdir(parents=True, exist_ok=True)
+    begin, dump = bare_recorder(plan, bench / "bare.pickle")
+    state.shell.user_ns.update(_bare_begin=begin, _bare_dump=dump)
+    body = (f"for _i in range({plan.bench_steps}):\n    loss = train_step()\nsync()\n"
+            "_t_body_end = time.perf_counter()\n")
+    counter = iter(range(1000, 10_000))
+
+    def recorded() -> str:
+        return (f"%%memsnap step={next(counter)} device={plan.device} stacks=python tag=overhead "
+                f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
+
+    cells: dict[str, Callable[[], str]] = {"plain": lambda: body, "recorded": recorded,
+                                           "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
+    for make in cells.values():  # warm-up, untimed
+        timed_cell(state, make())
+    totals: dict[str, list[float]] = {k: [] for k in cells}
+    after: dict[str, list[float]] = {k: [] for k in cells}
+    names = list(cells)
+    for r in range(plan.repeats):
+        for name in names[r % 3:] + names[:r % 3]:  # rotate the order: no kind always runs first
+            total, tail = timed_cell(state, cells[name]())
+            totals[name].append(total)
+            after[name].append(tail)
+    med = {k: statistics.median(v) for k, v in totals.items()}
+    med_after = {k: statistics.median(v) for k, v in after.items()}
+    state.results["overhead_ratio"] = med["recorded"] / med["plain"]
+    state.results["added_latency_ratio"] = med_after["recorded"] / med_after["bare"]
+    state.results["overhead"] = {
+        "repeats": plan.repeats, "train_steps_per_cell": plan.bench_steps,
+        "median_total_s": med, "median_after_body_s": med_after,
+        "total_s": totals, "after_body_s": after,
+        "bare_route": "torch.cuda.memory._snapshot + pickle.dump(protocol=4)" if plan.device == "cuda"
+        else "CpuBackend.snapshot + pickle.dump(protocol=4)",
+    }
+    shutil.rmtree(bench, ignore_errors=True)  # timing artifacts only
+
+
+SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
+    ("setup", section_setup),
+    *((p.name, section_phase(p)) for p in PHASES),
+    ("oom", section_oom),
+    ("fixtures", section_fixtures),
+    ("overhead", section_overhead),
+)
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def write_json(state: State) -> Path:
+    path = state.out_dir / "gpu.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state.results, indent=2, default=str))
+    os.replace(tmp, path)
+    (state.out_dir / "cells.log").write_text(state.log.getvalue())
+    return path
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise SectionTimeout("section timed out")
+
+
+def run_section(state: State, name: str, fn: Callable[[State], None]) -> None:
+    """Run one section; record its failure instead of raising; write the JSON either way."""
+    t0 = time.perf_counter()
+    ok = False
+    remaining = state.deadline - t0
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(int(max(1, min(state.plan.section_timeout_s, remaining))))
+    try:
+        if remaining < 5:
+            raise TimeoutError("not started: the --budget-s time is spent")
+        fn(state)
+        ok = True
+    except (Exception, SectionTimeout) as e:
+        state.results["errors"].append({"section": name, "error": f"{type(e).__name__}: {e}",
+                                        "traceback": traceback.format_exc()})
+    finally:
+        signal.alarm(0)
+        with contextlib.suppress(Exception):
+            from memsnap_magic import backends
+
+            backends.stop_all()  # never leave recording on for the next section
+        state.results["sections"][name] = {"ok": ok, "elapsed_s": round(time.perf_counter() - t0, 3)}
+        state.results["checks"] = summarize_checks(state.results)
+        write_json(state)
+
+
+def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
+    steps = results["steps"]
+    oom = results.get("oom") or {}
+    gaps = [s["peak_gap_rel"] for s in steps if s["peak_gap_rel"] is not None]
+    return {
+        "all_reset_verified": bool(steps) and all(s["reset_verified"] for s in steps),
+        "routes_seen": sorted({s["clear_route"] for s in steps}),
+        "snapshot_peak_le_allocator_peak": all(
+            s["snapshot_peak_allocated"] <= s["allocator_max_memory_allocated"]
+            for s in steps if s["allocator_max_memory_allocated"] is not None),
+        "snapshot_peak_matches_reference": all(
+            s["snapshot_peak_allocated"] == s["reference_peak_allocated"] for s in steps),
+        "max_peak_gap_rel": max(gaps) if gaps else None,
+        "oom_ok": None if oom.get("skipped", True) else bool(
+            oom.get("error_is_cuda_oom") and oom.get("oom_entries")),
+    }
+
+
+def fmt_mib(n: int | None) -> str:
+    return f"{'-':>9}" if n is None else f"{n / MiB:9.2f}"
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    print(f"memsnap gpu_check: {results['device']} · torch {results['torch']}"
+          f"{' · DRY RUN' if results['dry_run'] else ''} · {results['total_s']:.1f} s")
+    print(f"{'step':>4} {'mode':6} {'route':12} {'entries':>7} {'snap MiB':>9} {'alloc MiB':>9} "
+          f"{'gap':>7} reset")
+    for s in results["steps"]:
+        gap = "-" if s["peak_gap_rel"] is None else f"{s['peak_gap_rel']:7.2%}"
+        print(f"{s['step']:>4} {s['mode']:6} {s['clear_route']:12} {s['trace_entries']:>7} "
+              f"{fmt_mib(s['snapshot_peak_allocated'])} {fmt_mib(s['allocator_max_memory_allocated'])} "
+              f"{gap:>7} {'ok' if s['reset_verified'] else 'FAILED'}"
+              f"{'  (leak)' if s['leaked_bytes'] else ''}")
+    oom = results.get("oom") or {}
+    if oom.get("skipped", True):
+        print(f"oom: skipped ({oom.get('reason', 'not run')})")
+    else:
+        print(f"oom: {oom['error_type']} · unchanged={oom['error_is_cuda_oom']} · "
+              f"oom entries={oom['oom_entries']} · {oom['elapsed_s']} s")
+    ratio = results.get("overhead_ratio")
+    lat = results.get("added_latency_ratio")
+    print(f"overhead_ratio={'-' if ratio is None else f'{ratio:.3f}'} · "
+          f"added_latency_ratio={'-' if lat is None else f'{lat:.3f}'}")
+    print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
+    for e in results["errors"]:
+        print(f"section {e['section']} FAILED: {e['error']}")
+    print(f"-> {results['json']}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out-dir", type=Path, default=None,
+                   help="where gpu.json and fixtures/ go (default benchmarks/results, "
+                        "or benchmarks/results/dry_run for a dry run)")
+    p.add_argument("--work-dir", type=Path, default=None,
+                   help="the shell's working directory, where the step snapshots are written "
+                        "(default <out-dir>/work)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run on the CPU with a tiny model (automatic without CUDA)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="no section starts after this many seconds; a running one is cut at it "
+                        "(default 420 on CUDA, 120 for a dry run)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    os.environ.setdefault("MPLBACKEND", "Agg")  # no GUI backend if anything plots
+    dry = args.dry_run or not torch.cuda.is_available()
+    plan = DRY_PLAN if dry else GPU_PLAN
+    default_out = REPO_ROOT / "benchmarks" / "results" / ("dry_run" if dry else "")
+    out_dir = (args.out_dir or default_out).resolve()
+    work_dir = (args.work_dir or out_dir / "work").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import memsnap_magic
+
+    results: dict[str, Any] = {
+        "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "dry_run": dry,
+        "python": sys.version.split()[0], "memsnap_magic": memsnap_magic.__version__,
+        "plan": asdict(plan), "work_dir": str(work_dir), "json": str(out_dir / "gpu.json"),
+        "steps": [], "oom": {}, "fixtures": {}, "overhead_ratio": None, "added_latency_ratio": None,
+        "overhead": {}, "sections": {}, "checks": {}, "errors": [], "total_s": 0.0,
+    }
+    budget = args.budget_s if args.budget_s is not None else (120.0 if dry else 420.0)
+    state = State(plan=plan, out_dir=out_dir, work_dir=work_dir, results=results,
+                  deadline=t0 + budget)
+    cwd = Path.cwd()
+    try:
+        for name, fn in SECTIONS:
+            run_section(state, name, fn)
+    finally:
+        os.chdir(cwd)
+        results["total_s"] = round(time.perf_counter() - t0, 3)
+        results["checks"] = summarize_checks(results)
+        write_json(state)
+    print_summary(results)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
