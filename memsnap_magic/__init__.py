@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Recorder", "SnapshotError", "load_snapshot", "mark", "session", "summarize",
+__all__ = ["Recorder", "SnapshotError", "dashboard", "load_snapshot", "mark", "session", "summarize",
            "load_ipython_extension", "unload_ipython_extension"]
 
 _LAZY = {
@@ -17,6 +17,7 @@ _LAZY = {
     "SnapshotError": "snapshot", "load_snapshot": "snapshot", "dump_snapshot": "snapshot",
     "summarize": "analysis", "Summary": "analysis",
     "session": "session_state", "Session": "session_state", "Interval": "session_state",
+    "dashboard": "widget", "Dashboard": "widget",
 }
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .recorder import Recorder, mark
     from .session_state import Interval, Session, session
     from .snapshot import SnapshotError, dump_snapshot, load_snapshot
+    from .widget import Dashboard, dashboard
 
 
 def __getattr__(name: str) -> Any:

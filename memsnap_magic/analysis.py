@@ -28,6 +28,9 @@ class Summary:
     time_us: np.ndarray = field(repr=False)      # per replayed event (alloc/free)
     allocated: np.ndarray = field(repr=False)    # bytes allocated after each event
     peak_index: int = -1                         # index into the arrays; -1: the baseline
+    # per replayed event: +1 alloc / -1 free, address, size, index of its trace entry
+    events: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(default=(), repr=False)
+    untouched: list[dict[str, Any]] = field(default_factory=list, repr=False)  # end blocks live all along
 
     @property
     def peak_increase(self) -> int:
@@ -47,13 +50,13 @@ def pick_device(snap: dict[str, Any]) -> int:
     return 0
 
 
-def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(sign, addr, size, time_us) of the events that change allocated bytes."""
+def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    """(sign, addr, size, time_us, entry index) of the events that change allocated bytes."""
     use_requested = not any(e["action"] in _FREE_ACTIONS for e in trace)
     free_actions = ("free_requested",) if use_requested else _FREE_ACTIONS
-    sign, addr, size, t = [], [], [], []
+    sign, addr, size, t, index = [], [], [], [], []
     last_t = 0
-    for e in trace:
+    for i, e in enumerate(trace):
         action = e["action"]
         if action == "alloc":
             s = 1
@@ -66,13 +69,15 @@ def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, 
         size.append(e["size"])
         last_t = e.get("time_us", last_t)
         t.append(last_t)
+        index.append(i)
     return (np.asarray(sign, dtype=np.int64), np.asarray(addr, dtype=np.uint64),
-            np.asarray(size, dtype=np.int64), np.asarray(t, dtype=np.int64))
+            np.asarray(size, dtype=np.int64), np.asarray(t, dtype=np.int64),
+            np.asarray(index, dtype=np.int64))
 
 
-def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarray]:
-    """(address, requested size) of the device's allocated blocks at the snapshot's end."""
-    addrs, sizes = [], []
+def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """(address, requested size, block dict) of the device's allocated blocks at the snapshot's end."""
+    addrs, sizes, blocks = [], [], []
     for seg in snap["segments"]:
         if seg["device"] != device:
             continue
@@ -81,8 +86,9 @@ def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarr
             if b["state"] == "active_allocated":
                 addrs.append(a)
                 sizes.append(b.get("requested_size") or b["size"])
+                blocks.append(b)
             a += b["size"]
-    return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64)
+    return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks
 
 
 def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
@@ -91,7 +97,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         device = pick_device(snap)
     traces = snap["device_traces"]
     trace = traces[device] if device < len(traces) else []
-    sign, addr, size, t = _trace_arrays(trace)
+    sign, addr, size, t, entry = _trace_arrays(trace)
     delta = sign * size
 
     # Per address, events alternate alloc/free; a free that comes first was allocated before the
@@ -106,9 +112,11 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     freed_before = int(size[first_idx][sign[first_idx] < 0].sum())
     live_from_trace = addr[last_idx][sign[last_idx] > 0]
 
-    end_addr, end_size = _end_blocks(snap, device)
+    end_addr, end_size, end_blocks = _end_blocks(snap, device)
     untouched = ~np.isin(end_addr, live_from_trace)
     baseline = freed_before + int(end_size[untouched].sum())
+    kept_blocks = [dict(end_blocks[i], address=int(end_addr[i]), requested_size=int(end_size[i]))
+                   for i in np.flatnonzero(untouched)]
 
     allocated = baseline + np.cumsum(delta)
     if len(allocated) and allocated.max() > baseline:
@@ -119,7 +127,41 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     end = int(allocated[-1]) if len(allocated) else baseline
     return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
                    end_allocated=end, trace_entries=len(trace), time_us=t,
-                   allocated=allocated, peak_index=peak_index)
+                   allocated=allocated, peak_index=peak_index,
+                   events=(sign, addr, size, entry), untouched=kept_blocks)
+
+
+def alive_at(snap: dict[str, Any], summary: Summary, index: int | None = None,
+             top: int = 10) -> list[dict[str, Any]]:
+    """The largest blocks allocated after replayed event ``index`` (default: the peak).
+
+    Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
+    empty) and ``before`` (True when the block was already live when the window started).
+    """
+    p = summary.peak_index if index is None else index
+    sign, addr, size, entry = summary.events
+    n = len(sign)
+    idx = np.arange(n)
+    order = np.argsort(addr, kind="stable")
+    a = addr[order]
+    same = a[1:] == a[:-1]
+    following = np.full(n, n, dtype=np.int64)  # the next event at the same address
+    following[order[:-1][same]] = order[1:][same]
+    first = np.ones(n, dtype=bool)
+    first[order[1:][same]] = False
+    alive_new = (sign > 0) & (idx <= p) & (following > p)
+    alive_old = first & (sign < 0) & (idx > p)  # live before the window, freed after index
+    chosen = np.flatnonzero(alive_new | alive_old)
+    if top:
+        chosen = chosen[np.argsort(-size[chosen], kind="stable")[:top]]
+    trace = snap["device_traces"][summary.device] if n else []
+    items = [{"size": int(size[i]), "addr": int(addr[i]), "before": bool(alive_old[i]),
+              "frames": [] if alive_old[i] else list(trace[entry[i]].get("frames", []))}
+             for i in chosen.tolist()]
+    items += [{"size": b["requested_size"], "addr": b["address"], "before": True,
+               "frames": list(b.get("frames", []))} for b in summary.untouched]
+    items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
+    return items[:top] if top else items
 
 
 def decimate(x: np.ndarray, y: np.ndarray, points: int = 2000) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from . import options
 from .execute import CellCode
 
-_LINE_COMMANDS = ("config", "list", "reset", "off")
+_LINE_COMMANDS = ("show", "config", "list", "reset", "off")
 
 
 def _print_report(iv: Any, previous: Any) -> None:
@@ -48,6 +48,7 @@ class MemsnapMagics(Magics):
 
         Line magic::
 
+            %memsnap show                   dashboard: per-step vs cumulative peaks, step detail
             %memsnap config key=value ...   session defaults for the options below
             %memsnap list                   table of the recorded intervals
             %memsnap reset                  forget the intervals (files stay)
@@ -98,7 +99,13 @@ class MemsnapMagics(Magics):
 
         command, _, rest = line.strip().partition(" ")
         s = session()
-        if command == "config":
+        if command == "show":
+            from IPython.display import display
+
+            from .widget import dashboard
+
+            display(dashboard(s))
+        elif command == "config":
             if rest.strip():
                 try:
                     given = options.parse_given(rest, prog="%memsnap config")

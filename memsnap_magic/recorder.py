@@ -129,7 +129,7 @@ class Recorder:
             return None
 
     def _finish(self, step: int, error: BaseException | None, keep: bool) -> None:
-        from .analysis import decimate, summarize
+        from .analysis import alive_at, decimate, summarize
         from .snapshot import dump_snapshot
 
         backend, opts = self._backend, self.options
@@ -167,6 +167,8 @@ class Recorder:
                       allocator_peak_allocated=allocator_peak, clear=not keep, tag=opts["tag"],
                       file_bytes=file_bytes,
                       overflowed=summary.trace_entries >= opts["max_entries"],
+                      context="none" if backend.device == "cpu" else opts["context"],
+                      top_blocks=self._quietly(alive_at, snap, summary) or [],
                       time_us=t, allocated=y)
         previous = self.session.previous(iv)
         self.session.add(iv)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 from .units import fmt_bytes
 
@@ -31,6 +32,8 @@ class Interval:
     tag: str = "torch_memory"
     file_bytes: int | None = None
     overflowed: bool = False
+    context: str = "all"  # which events carried stacks when it was recorded
+    top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -46,7 +49,8 @@ class Interval:
         return self.end_allocated - self.baseline_allocated
 
     def to_record(self) -> dict[str, Any]:
-        rec = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("time_us", "allocated")}
+        rec = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("time_us", "allocated", "top_blocks")}
         rec["path"] = str(self.path) if self.path is not None else None
         rec["peak_increase"] = self.peak_increase
         rec["kept"] = self.kept
@@ -79,13 +83,22 @@ class Session:
         else:
             self.intervals.append(interval)
         self._update_cumulative()
-        for listener in list(self._listeners):
-            listener(self)
+        self._listeners = [ref for ref in self._listeners if ref() is not None]
+        for ref in list(self._listeners):
+            listener = ref()
+            if listener is not None:
+                listener(self)
         return interval
 
-    def subscribe(self, listener: Any) -> None:
-        """Call ``listener(session)`` after every added interval (the dashboard updates in place)."""
-        self._listeners.append(listener)
+    def subscribe(self, listener: Callable[["Session"], None]) -> None:
+        """Call ``listener(session)`` after every added interval (the dashboard updates in place).
+
+        Bound methods are held weakly, so a dashboard nobody shows any more is not kept alive.
+        """
+        if hasattr(listener, "__self__"):
+            self._listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+        else:
+            self._listeners.append(lambda: listener)
 
     def _update_cumulative(self) -> None:
         last: dict[tuple[int, str], Interval] = {}

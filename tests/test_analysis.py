@@ -109,3 +109,27 @@ def test_decimate_keeps_extremes_and_order():
     assert len(dy) <= 2000 and dy.max() == 5000 and dy.min() == y.min()
     assert np.all(np.diff(dx) > 0)
     assert decimate(x[:10], y[:10], 2000)[1].tolist() == y[:10].tolist()
+
+
+@given(windows(), st.integers(-1, 200))
+@settings(max_examples=200, deadline=None)
+def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
+    from memsnap_magic.analysis import alive_at
+
+    s = summarize(snap)
+    at = min(at, len(s.allocated) - 1)
+    alive = alive_at(snap, s, index=at, top=0)
+    expected = s.allocated[at] if at >= 0 else s.baseline_allocated
+    assert sum(b["size"] for b in alive) == expected
+
+
+def test_alive_at_peak_names_frames_and_origin():
+    from memsnap_magic.analysis import alive_at
+
+    frames = [{"filename": "train.py", "line": 7, "name": "forward"}]
+    trace = [dict(alloc(0x10, 300)[0], frames=frames)] + alloc(0x20, 100) + free(0x10, 300) + free(0xA, 50)
+    snap = snapshot(trace, {0x20: 100, 0xB: 1000})
+    s = summarize(snap)
+    got = alive_at(snap, s)
+    assert [(b["size"], b["before"]) for b in got] == [(1000, True), (300, False), (100, False), (50, True)]
+    assert got[1]["frames"] == frames and got[2]["frames"] == []

@@ -202,7 +202,7 @@ def test_line_magic_commands(shell, capsys):
     shell.run_line_magic("memsnap", "list")
     out = capsys.readouterr().out
     assert "step" in out and "cum. peak" in out and "fwd_rank0" in out
-    with pytest.raises(UsageError, match="allowed: config, list, reset, off"):
+    with pytest.raises(UsageError, match="allowed: show, config, list, reset, off"):
         shell.run_line_magic("memsnap", "bogus")
     with pytest.raises(UsageError, match="tag="):
         shell.run_line_magic("memsnap", "config tag=a/b")
@@ -263,3 +263,14 @@ def test_profiler_log_lines_stay_out_of_the_cell_output():
     noise = out.stdout + out.stderr
     assert "unknown size" not in noise and "USDT" not in noise
     assert "memsnap step 1 · cpu" in out.stdout
+
+
+def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
+    sh = torch_ns
+    run(sh, "%%memsnap\nu = torch.empty(2**20, dtype=torch.uint8)")
+    sh.run_line_magic("memsnap", "show")
+    data = sh.display_pub.outputs[-1]["data"]
+    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(data)
+    assert "1.0 MiB" in data["text/plain"]
+    import matplotlib.pyplot as plt
+    assert plt.get_fignums() == []  # figures are not left registered with pyplot

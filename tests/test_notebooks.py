@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -24,21 +23,31 @@ def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:
     return nb
 
 
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Each notebook executed once, in its own folder: path -> (notebook, folder)."""
+    runs = {}
+    for path in NOTEBOOKS:
+        cwd = tmp_path_factory.mktemp(path.stem)
+        runs[path.name] = (execute(path, cwd), cwd)
+    return runs
+
+
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no notebook"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_without_errors(path, tmp_path):
-    nb = execute(path, tmp_path)
+def test_notebook_runs_without_errors(path, executed):
+    nb, _ = executed[path.name]
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert [o for o in outputs if o.output_type == "error"] == []
     assert [o.text for o in outputs if o.get("name") == "stderr"] == []  # no warnings or log noise
 
 
-def test_demo_files_hold_only_their_own_step(tmp_path):
-    execute(Path(__file__).parent.parent / "notebooks" / "demo.ipynb", tmp_path)
-    files = {int(p.parent.name[4:]): p for p in (tmp_path / "memsnap").glob("step*/*.pickle")}
+def test_demo_files_hold_only_their_own_step(executed):
+    _, cwd = executed["demo.ipynb"]
+    files = {int(p.parent.name[4:]): p for p in (cwd / "memsnap").glob("step*/*.pickle")}
     assert sorted(files) == [1, 2, 3, 4, 5, 6, 8, 10]
     windows = {}
     for step, path in files.items():
@@ -53,3 +62,25 @@ def test_demo_files_hold_only_their_own_step(tmp_path):
         assert windows[a][1] < windows[b][0], (a, b, windows)
     assert windows[4][0] == windows[5][0] == windows[6][0]
     assert windows[4][1] < windows[5][1] < windows[6][1] < windows[8][0]
+
+
+def test_demo_dashboard_survives_in_saved_widget_state(executed):
+    import base64
+
+    nb, _ = executed["demo.ipynb"]
+    show = next(c for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%memsnap show")
+    data = show.outputs[0]["data"]
+    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(data)
+    assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"  # for GitHub and nbconvert
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    root = state[data["application/vnd.jupyter.widget-view+json"]["model_id"]]
+    assert "memsnap-dashboard" in root["state"]["_dom_classes"]
+    names = [m["model_name"] for m in state.values()]
+    assert "ToggleButtonsModel" in names and names.count("DropdownModel") == 2
+    images = [m for m in state.values() if m["model_name"] == "ImageModel"]
+    pngs = [base64.b64decode(m["buffers"][0]["data"]) for m in images]
+    assert len(pngs) == 2 and all(p[:4] == b"\x89PNG" and len(p) > 5000 for p in pngs)
+    steps = next(m for m in state.values() if m["model_name"] == "DropdownModel"
+                 and m["state"].get("description") == "step")
+    # shown after step 3, it kept updating: it ends on the last step the notebook recorded
+    assert steps["state"]["_options_labels"][-1] == "10"

@@ -1,0 +1,160 @@
+"""Matplotlib figures of a session: the per-step overview and one step's timeline.
+
+Figures are built with the object API (``Figure`` + Agg canvas), never through pyplot, so they
+are not registered globally: nothing leaks and the inline backend shows no duplicate figure.
+The dashboard and the CLI both draw through here.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MultipleLocator
+import numpy as np
+
+from .units import fmt_bytes
+
+VIEWS = ("interval", "cumulative", "both")
+BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
+_BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
+_DPI = 80
+
+
+def _byte_step(span: float, ticks: int = 5) -> float:
+    """A tick spacing of 1, 2 or 5 times a power of ten of a binary unit (KiB, MiB, ...)."""
+    unit = 1.0
+    while span / unit >= 1024 and unit < 1024.0 ** 4:
+        unit *= 1024
+    raw = span / unit / ticks
+    mag = 10 ** np.floor(np.log10(raw)) if raw > 0 else 1.0
+    nice = next(m for m in (1, 2, 5, 10) if m * mag >= raw)
+    return float(nice * mag * unit)
+
+
+def _byte_axis(ax: Any, top: float | None = None) -> None:
+    """Byte-formatted y axis with round binary ticks; ``top``: largest value drawn."""
+    lo, hi = ax.get_ylim()
+    hi = max(hi, top or 0)
+    ax.yaxis.set_major_locator(MultipleLocator(_byte_step(max(hi - min(lo, 0), 1.0))))
+    ax.yaxis.set_major_formatter(_BYTES)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def _legend_above(ax: Any) -> None:
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
+
+
+def _step_axis(ax: Any, labels: Sequence[str]) -> None:
+    ax.set_xticks(range(len(labels)), labels)
+    if len(labels) > 25:  # keep labels readable: show about 20 of them
+        every = -(-len(labels) // 20)
+        for n, tick in enumerate(ax.xaxis.get_major_ticks()):
+            tick.label1.set_visible(n % every == 0)
+    ax.set_xlabel("step")
+
+
+def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int | None = None,
+                    title: str = "") -> Figure:
+    """Peaks (interval vs cumulative), what each step kept, and snapshot sizes, one column per step."""
+    # a fixed layout: constrained layout would double the drawing time
+    fig = Figure(figsize=(9.5, 6.4), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.35, 1], left=0.085, right=0.985, top=0.86,
+                            bottom=0.075, hspace=0.5, wspace=0.22)
+    peak_ax, kept_ax, size_ax = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+    x = list(range(len(intervals)))
+    labels = [str(iv.step) for iv in intervals]
+    fig.suptitle(title or "Memory per step: snapshots cleared after each step vs never cleared",
+                 fontsize=12, y=0.985)
+    peak_ax.set_title("Peak allocated memory", fontsize=10, loc="left", pad=18)
+    show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
+
+    base = [iv.baseline_allocated for iv in intervals]
+    rise = [iv.peak_increase for iv in intervals]
+    if show_interval:
+        peak_ax.bar(x, base, color=BASE, label="live at the step's start")
+        bars = peak_ax.bar(x, rise, bottom=base, color=RISE, label="rise to the step's peak")
+        if selected is not None and 0 <= selected < len(x):
+            bars[selected].set_edgecolor("black")
+            bars[selected].set_linewidth(2)
+    if show_cumul:
+        peak_ax.plot(x, [iv.cumulative_peak_allocated for iv in intervals], "o--", color=CUMUL,
+                     label="peak a never-cleared snapshot reports")
+    for i, iv in enumerate(intervals):
+        if iv.error:
+            peak_ax.annotate(iv.error, (i, iv.peak_allocated), textcoords="offset points",
+                             xytext=(0, 4), ha="center", color=ERR, fontsize=8, fontweight="bold")
+    peak_ax.margins(y=0.12)
+    _byte_axis(peak_ax)
+    _step_axis(peak_ax, labels)
+    if intervals:
+        _legend_above(peak_ax)
+
+    kept = [iv.kept for iv in intervals]
+    kept_ax.bar(x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="kept (end − start)")
+    kept_ax.axhline(0, color="black", linewidth=0.8)
+    if kept and max(kept) > 0:
+        worst = max(range(len(kept)), key=kept.__getitem__)
+        kept_ax.annotate(f"+{fmt_bytes(kept[worst])}", (worst, kept[worst]), textcoords="offset points",
+                         xytext=(0, 3), ha="center", fontsize=8, color=KEPT)
+    kept_ax.set_title("What each step kept: end − start (a leak stands out)", fontsize=10, loc="left")
+    kept_ax.margins(y=0.15)
+    _byte_axis(kept_ax)
+    _step_axis(kept_ax, labels)
+
+    if show_interval:
+        size_ax.bar(x, [iv.trace_entries for iv in intervals], color=RISE, label="cleared after each step")
+    if show_cumul:
+        size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], "o--", color=CUMUL,
+                     label="never cleared")
+    size_ax.set_title("Snapshot size (trace entries)", fontsize=10, loc="left", pad=18)
+    size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
+    size_ax.grid(axis="y", alpha=0.3)
+    size_ax.set_axisbelow(True)
+    _step_axis(size_ax, labels)
+    if intervals:
+        size_ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
+    if not intervals:
+        peak_ax.text(0.5, 0.5, "no intervals yet: run a %%memsnap cell", transform=peak_ax.transAxes,
+                     ha="center", va="center", fontsize=11, color="gray")
+    return fig
+
+
+def detail_figure(iv: Any) -> Figure:
+    """One step's allocated-memory timeline (decimated, peaks kept) with its peak marked."""
+    fig = Figure(figsize=(9.5, 3.2), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    fig.subplots_adjust(left=0.085, right=0.985, top=0.8, bottom=0.16)
+    where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
+    ax.set_title(f"Step {iv.step} ({where}): allocated memory over the step", fontsize=10, loc="left")
+    t, y = iv.time_us, iv.allocated
+    if t is None or len(t) == 0:
+        ax.text(0.5, 0.5, "no allocations or frees recorded in this step", transform=ax.transAxes,
+                ha="center", va="center", color="gray")
+        ax.set_yticks([])
+        ax.set_xticks([])
+        return fig
+    ms = (t - t[0]) / 1000.0
+    ax.step(ms, y, where="post", color=RISE, linewidth=1.2, label="allocated")
+    ax.axhline(iv.baseline_allocated, color=BASE, linestyle="--", linewidth=1,
+               label=f"start {fmt_bytes(iv.baseline_allocated)}")
+    peak_at = int(y.argmax())
+    ax.plot([ms[peak_at]], [y[peak_at]], "v", color=CUMUL, markersize=9,
+            label=f"peak {fmt_bytes(iv.peak_allocated)}")
+    ax.set_xlabel("time since the step's first event (ms)")
+    ax.margins(y=0.1)
+    _byte_axis(ax)
+    ax.set_title(ax.get_title(loc="left"), fontsize=10, loc="left", pad=18)
+    _legend_above(ax)
+    return fig
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()

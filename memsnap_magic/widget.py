@@ -1,0 +1,174 @@
+"""The dashboard: per-step overview, view control, and one step's detail, from stock ipywidgets.
+
+It reads the session and never touches torch. Plots are PNGs in ``Image`` widgets, so they
+update in place, survive in saved widget state, and need no custom JavaScript. Displayed, the
+dashboard also carries an ``image/png`` and a text table for frontends without widgets
+(nbconvert, GitHub, a terminal).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+import ipywidgets as w
+
+from . import plots
+from .session_state import Interval, Session, session as current_session
+from .units import fmt_bytes
+
+_VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
+
+
+def _is_cell_frame(frame: dict[str, Any]) -> bool:
+    name = str(frame.get("filename", ""))
+    return name.startswith("<ipython-input-") or "/ipykernel_" in name
+
+
+def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
+    """A few readable frames, the notebook's own cells first."""
+    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
+    lines = []
+    for f in ordered[:limit]:
+        where = "notebook cell" if _is_cell_frame(f) else f.get("filename", "?")
+        lines.append(f"{f.get('name', '?')} ({where}:{f.get('line', '?')})")
+    return lines
+
+
+def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
+    """Why a block has no stack, as memory_viz explains frameless blocks."""
+    if block.get("before"):
+        return "live before this step's recording started"
+    if iv.device == "cpu":
+        return "the CPU route records no stacks"
+    if iv.context in ("none", "state"):
+        return f"recorded with context={iv.context}: trace entries carry no stack"
+    return "no Python frames (allocated from C++ or the autograd thread)"
+
+
+def blocks_table(iv: Interval) -> str:
+    rows = []
+    for b in iv.top_blocks:
+        frames = frame_lines(b.get("frames", []))
+        text = "<br>".join(html.escape(line) for line in frames) if frames else (
+            f"<i>{html.escape(why_no_frames(b, iv))}</i>")
+        rows.append(f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
+                    f"<td>{text}</td></tr>")
+    if not rows:
+        return "<i>nothing was allocated at this step's peak</i>"
+    return ("<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
+            "<th style='text-align:left'>allocated by</th></tr>" + "".join(rows) + "</table>")
+
+
+class Dashboard:
+    """Overview of every step, a view control, and the selected step's timeline and top blocks."""
+
+    def __init__(self, session: Session | None = None) -> None:
+        self.session = session if session is not None else current_session()
+        self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
+                                    description="show", style={"button_width": "110px"})
+        self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"))
+        self.step = w.Dropdown(description="step")
+        self.header = w.HTML()
+        self.overview = w.Image(format="png")
+        self.error = w.HTML()
+        self.detail = w.Image(format="png")
+        self.blocks = w.HTML()
+        self.root = w.VBox([self.header, w.HBox([self.view, self.group]), self.overview,
+                            self.step, self.error, self.detail, self.blocks])
+        self.root.add_class("memsnap-dashboard")
+        self.overview_fig: Any = None
+        self.detail_fig: Any = None
+        self._overview_png = b""
+        self._updating = False
+        self.view.observe(lambda _: self._draw_overview(), "value")
+        self.group.observe(lambda _: self.refresh(), "value")
+        self.step.observe(lambda _: self._draw_step(), "value")
+        self.session.subscribe(self._on_new_interval)
+        self.refresh(newest=True)
+
+    def _on_new_interval(self, _: Session) -> None:
+        self.refresh(newest=True)
+
+    # which intervals are on screen
+    def groups(self) -> list[tuple[int, str]]:
+        seen: dict[tuple[int, str], None] = {}
+        for iv in self.session.intervals:
+            seen.setdefault((iv.rank, iv.device), None)
+        return list(seen)
+
+    def shown(self) -> list[Interval]:
+        key = self.group.value
+        return [iv for iv in self.session.intervals if key is None or (iv.rank, iv.device) == key]
+
+    def selected(self) -> Interval | None:
+        ivs = self.shown()
+        return ivs[self.step.value] if self.step.value is not None and self.step.value < len(ivs) else None
+
+    def refresh(self, newest: bool = False) -> None:
+        """Re-read the session: new steps extend the overview; ``newest`` selects the last step."""
+        if self._updating:
+            return
+        self._updating = True
+        try:
+            groups = self.groups()
+            self.group.options = [(f"rank {r} · {d}", (r, d)) for r, d in groups]
+            if groups and self.group.value not in groups:
+                self.group.value = groups[0]
+            self.group.layout.display = "" if len(groups) > 1 else "none"
+            ivs = self.shown()
+            keep = self.step.value
+            self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n)
+                                 for n, iv in enumerate(ivs)]
+            if ivs:
+                self.step.value = len(ivs) - 1 if newest or keep is None or keep >= len(ivs) else keep
+        finally:
+            self._updating = False
+        self._draw_step()
+
+    def _draw_overview(self) -> None:
+        ivs = self.shown()
+        n = len(ivs)
+        worst = max(ivs, key=lambda iv: iv.kept, default=None)
+        note = (f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
+                if worst is not None and worst.kept > 0 else "")
+        self.header.value = (f"<b>memsnap</b> · {n} step{'s' * (n != 1)}{note}")
+        self.overview_fig = plots.overview_figure(ivs, view=self.view.value, selected=self.step.value)
+        self._overview_png = plots.png(self.overview_fig)
+        self.overview.value = self._overview_png
+
+    def _draw_step(self) -> None:
+        if self._updating:
+            return
+        iv = self.selected()
+        if iv is None:
+            self.detail_fig = None
+            self.detail.value = b""
+            self.error.value = ""
+            self.blocks.value = ""
+            self._draw_overview()
+            return
+        self.error.value = (f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
+                            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error)}</b>"
+                            f" — the snapshot shows memory up to the failure</div>" if iv.error else "")
+        self.detail_fig = plots.detail_figure(iv)
+        self.detail.value = plots.png(self.detail_fig)
+        self.blocks.value = blocks_table(iv)
+        self._draw_overview()  # the selected step is outlined there
+
+    def close(self) -> None:
+        """Close the widgets; the session then stops updating this dashboard."""
+        for widget in (*self.root.children, *self.root.children[1].children, self.root):
+            widget.close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = self.root._repr_mimebundle_(**kwargs)
+        bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
+        bundle["text/plain"] = self.session.table()
+        return bundle
+
+
+def dashboard(session: Session | None = None) -> Dashboard:
+    """The dashboard of the current session; display it (``%memsnap show`` does)."""
+    return Dashboard(session)

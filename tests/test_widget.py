@@ -1,0 +1,138 @@
+"""Dashboard logic, headless: assert on the plotted data, not on pixels."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from memsnap_magic.session_state import Interval, Session
+from memsnap_magic.widget import Dashboard, blocks_table, frame_lines
+
+MiB = 1 << 20
+
+
+def interval(step, base, peak, end, entries=100, clear=True, error=None, rank=0, device="cpu"):
+    t = np.arange(4, dtype=np.int64) * 1000 + step * 10**6
+    return Interval(step=step, rank=rank, device=device, path=None, baseline_allocated=base,
+                    peak_allocated=peak, end_allocated=end, trace_entries=entries, clear=clear,
+                    error=error, time_us=t, allocated=np.array([base, peak, (base + peak) // 2, end]),
+                    top_blocks=[{"size": peak - base, "addr": 1, "before": False,
+                                 "frames": [{"filename": "/lib/model.py", "line": 3, "name": "forward"},
+                                            {"filename": "/tmp/ipykernel_9/123.py", "line": 2, "name": "<module>"}]},
+                                {"size": base, "addr": 2, "before": True, "frames": []}])
+
+
+@pytest.fixture
+def session():
+    s = Session()
+    s.add(interval(1, 10 * MiB, 30 * MiB, 10 * MiB))
+    s.add(interval(2, 10 * MiB, 50 * MiB, 14 * MiB))
+    s.add(interval(3, 14 * MiB, 34 * MiB, 14 * MiB, error="OutOfMemoryError"))
+    return s
+
+
+def bars(ax, label):
+    return [c for c in ax.containers if c.get_label() == label]
+
+
+def line(ax, label):
+    return [ln for ln in ax.lines if ln.get_label() == label]
+
+
+def test_overview_plots_interval_and_cumulative_peaks(session):
+    d = Dashboard(session)
+    peak_ax, kept_ax, size_ax = d.overview_fig.axes
+    base, = bars(peak_ax, "live at the step's start")
+    rise, = bars(peak_ax, "rise to the step's peak")
+    assert [b.get_height() for b in base] == [10 * MiB, 10 * MiB, 14 * MiB]
+    assert [b.get_height() for b in rise] == [20 * MiB, 40 * MiB, 20 * MiB]
+    cumul, = line(peak_ax, "peak a never-cleared snapshot reports")
+    assert list(cumul.get_ydata()) == [30 * MiB, 50 * MiB, 50 * MiB]
+    assert [b.get_height() for b in kept_ax.containers[0]] == [0, 4 * MiB, 0]
+    assert list(line(size_ax, "never cleared")[0].get_ydata()) == [100, 200, 300]
+    assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
+    assert d.overview.value[:4] == b"\x89PNG" and "step 2 (+4.0 MiB)" in d.header.value
+
+
+def test_view_control_changes_the_series_drawn(session):
+    d = Dashboard(session)
+    d.view.value = "interval"
+    peak_ax = d.overview_fig.axes[0]
+    assert bars(peak_ax, "rise to the step's peak") and not line(peak_ax, "peak a never-cleared snapshot reports")
+    d.view.value = "cumulative"
+    peak_ax = d.overview_fig.axes[0]
+    assert not bars(peak_ax, "rise to the step's peak") and line(peak_ax, "peak a never-cleared snapshot reports")
+    d.view.value = "both"
+    peak_ax = d.overview_fig.axes[0]
+    assert bars(peak_ax, "rise to the step's peak") and line(peak_ax, "peak a never-cleared snapshot reports")
+
+
+def test_choosing_a_step_redraws_the_detail(session):
+    d = Dashboard(session)
+    assert d.step.value == 2  # newest first
+    assert "Step 3 raised OutOfMemoryError" in d.error.value
+    d.step.value = 1
+    ax = d.detail_fig.axes[0]
+    assert "Step 2" in ax.get_title(loc="left")
+    assert max(line(ax, "allocated")[0].get_ydata()) == 50 * MiB
+    assert d.error.value == ""
+    assert "40.0 MiB" in d.blocks.value and "forward (/lib/model.py:3)" in d.blocks.value
+    assert d.blocks.value.index("notebook cell") < d.blocks.value.index("/lib/model.py")
+    assert "live before this step" in d.blocks.value
+    outlined = [b for b in bars(d.overview_fig.axes[0], "rise to the step's peak")[0] if b.get_linewidth() == 2]
+    assert len(outlined) == 1 and outlined[0].get_x() < 1.5 < outlined[0].get_x() + 1
+
+
+def test_new_intervals_extend_the_overview_in_place(session):
+    d = Dashboard(session)
+    session.add(interval(4, 14 * MiB, 20 * MiB, 14 * MiB))
+    assert len(d.step.options) == 4 and d.step.value == 3
+    assert len(bars(d.overview_fig.axes[0], "rise to the step's peak")[0]) == 4
+    session.add(interval(2, 1 * MiB, 2 * MiB, 1 * MiB))  # a re-run step replaces its bar
+    assert len(d.step.options) == 4
+    assert bars(d.overview_fig.axes[0], "rise to the step's peak")[0][1].get_height() == 1 * MiB
+
+
+def test_rank_selector_appears_with_several_ranks(session):
+    session.add(interval(1, 0, 5 * MiB, 0, rank=1))
+    d = Dashboard(session)
+    assert d.group.layout.display == "" and len(d.group.options) == 2
+    d.group.value = (1, "cpu")
+    assert [iv.rank for iv in d.shown()] == [1] and len(d.step.options) == 1
+
+
+def test_single_group_hides_the_selector(session):
+    assert Dashboard(session).group.layout.display == "none"
+
+
+def test_displayed_bundle_has_widget_png_and_text(session):
+    d = Dashboard(session)
+    bundle = d._repr_mimebundle_()
+    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(bundle)
+    assert "cum. peak" in bundle["text/plain"]
+
+
+def test_dashboards_are_not_kept_alive_by_the_session(session):
+    d = Dashboard(session)
+    d.close()
+    del d
+    gc.collect()
+    session.add(interval(9, 0, 1, 0))
+    assert all(ref() is None for ref in session._listeners) or session._listeners == []
+
+
+def test_empty_session_draws_a_hint():
+    d = Dashboard(Session())
+    assert "no intervals yet" in [t.get_text() for t in d.overview_fig.axes[0].texts][0]
+    assert d.detail.value == b""
+
+
+def test_frame_lines_and_reasons():
+    iv = interval(1, 0, 1, 0, device="cuda:0")
+    iv.context = "none"
+    iv.top_blocks = [{"size": 1, "addr": 1, "before": False, "frames": []}]
+    table = blocks_table(iv)
+    assert "context=none" in table
+    assert frame_lines([{"filename": "<ipython-input-3-abc>", "line": 2, "name": "f"}]) == ["f (notebook cell:2)"]
