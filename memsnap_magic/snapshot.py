@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 import tempfile
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,10 @@ def validate(snap: Any) -> None:
     for d, trace in enumerate(snap["device_traces"]):
         if not isinstance(trace, list):
             raise SnapshotError(f"device_traces[{d}] is {type(trace).__name__}, expected list")
-        for i, e in enumerate(trace):
-            if not (isinstance(e, dict) and type(e.get("action")) is str
-                    and _is_int(e.get("addr", 0)) and _is_int(e.get("size"))
-                    and 0 <= e["size"] < _MAX_BYTES):
-                raise SnapshotError(f"device_traces[{d}][{i}] is not a trace entry with "
-                                    f"str action, int addr and int size >= 0: {_short(e)}")
+        bad = _first_bad_entry(trace)
+        if bad is not None:
+            raise SnapshotError(f"device_traces[{d}][{bad}] is not a trace entry with str action, "
+                                f"int addr and int size >= 0: {_short(trace[bad])}")
     for s, seg in enumerate(snap["segments"]):
         if not (isinstance(seg, dict) and _is_int(seg.get("device")) and _is_int(seg.get("address"))
                 and isinstance(seg.get("blocks"), list)):
@@ -84,6 +83,25 @@ def validate(snap: Any) -> None:
                     and _is_int(block.get("requested_size", 0))):
                 raise SnapshotError(f"segments[{s}].blocks[{b}] lacks int size >= 0 or str state: "
                                     f"{_short(block)}")
+
+
+def _entry_ok(e: Any) -> bool:
+    return (isinstance(e, dict) and type(e.get("action")) is str and _is_int(e.get("addr", 0))
+            and _is_int(e.get("size")) and 0 <= e["size"] < _MAX_BYTES)
+
+
+def _first_bad_entry(trace: list[Any]) -> int | None:
+    """Index of the first malformed entry, or None. Checks whole columns at C speed first,
+    since snapshots reach millions of entries; walks entry by entry only to name a bad one."""
+    n = len(trace)
+    if all(map(isinstance, trace, repeat(dict, n))):
+        kinds = (set(map(type, map(dict.get, trace, repeat("action", n)))),
+                 set(map(type, map(dict.get, trace, repeat("addr", n), repeat(0, n)))),
+                 set(map(type, sizes := list(map(dict.get, trace, repeat("size", n))))))
+        if kinds[0] <= {str} and kinds[1] <= {int} and kinds[2] <= {int}:
+            if not sizes or (min(sizes) >= 0 and max(sizes) < _MAX_BYTES):
+                return None
+    return next(i for i, e in enumerate(trace) if not _entry_ok(e))
 
 
 def _short(value: Any) -> str:

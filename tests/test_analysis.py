@@ -133,3 +133,11 @@ def test_alive_at_peak_names_frames_and_origin():
     got = alive_at(snap, s)
     assert [(b["size"], b["before"]) for b in got] == [(1000, True), (300, False), (100, False), (50, True)]
     assert got[1]["frames"] == frames and got[2]["frames"] == []
+
+
+def test_entries_without_time_us_carry_the_last_time_forward():
+    trace = [{"action": "alloc", "addr": 1, "size": 5, "stream": 0},
+             {"action": "alloc", "addr": 2, "size": 5, "stream": 0, "time_us": 70},
+             {"action": "alloc", "addr": 3, "size": 5, "stream": 0}]
+    s = summarize(snapshot(trace, {1: 5, 2: 5, 3: 5}))
+    assert s.time_us.tolist() == [0, 70, 70] and s.peak_allocated == 15
