@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MultipleLocator
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
 from .units import fmt_bytes
 
@@ -48,13 +50,28 @@ def _legend_above(ax: Any) -> None:
     ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
 
 
-def _step_axis(ax: Any, labels: Sequence[str]) -> None:
-    ax.set_xticks(range(len(labels)), labels)
-    if len(labels) > 25:  # keep labels readable: show about 20 of them
-        every = -(-len(labels) // 20)
-        for n, tick in enumerate(ax.xaxis.get_major_ticks()):
-            tick.label1.set_visible(n % every == 0)
+def _step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
+    """Step labels at (at most ~``ticks``) integer positions: a tick object per label is slow."""
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=ticks, integer=True, min_n_ticks=1))
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: labels[int(v)] if v == int(v) and 0 <= int(v) < len(labels) else ""))
+    ax.set_xlim(-0.6, max(len(labels), 1) - 0.4)
     ax.set_xlabel("step")
+
+
+def _bars(ax: Any, x: Sequence[float], height: Sequence[float], bottom: Sequence[float] | float = 0,
+          color: Any = RISE, label: str = "", width: float = 0.8) -> PolyCollection:
+    """Vertical bars as one collection: hundreds of steps draw as fast as a few."""
+    x0 = np.asarray(x, dtype=float) - width / 2
+    lo = np.broadcast_to(np.asarray(bottom, dtype=float), x0.shape)
+    hi = lo + np.asarray(height, dtype=float)
+    verts = np.stack([np.stack([x0, lo], 1), np.stack([x0, hi], 1),
+                      np.stack([x0 + width, hi], 1), np.stack([x0 + width, lo], 1)], 1)
+    bars = PolyCollection(verts, facecolors=color, edgecolors="none", label=label)
+    ax.add_collection(bars)
+    ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
+    ax.autoscale_view()
+    return bars
 
 
 def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int | None = None,
@@ -75,27 +92,32 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
 
     base = [iv.baseline_allocated for iv in intervals]
     rise = [iv.peak_increase for iv in intervals]
-    if show_interval:
-        peak_ax.bar(x, base, color=BASE, label="live at the step's start")
-        bars = peak_ax.bar(x, rise, bottom=base, color=RISE, label="rise to the step's peak")
+    marker = "o--" if len(x) <= 60 else "--"
+    if show_interval and x:
+        _bars(peak_ax, x, base, color=BASE, label="live at the step's start")
+        _bars(peak_ax, x, rise, bottom=base, color=RISE, label="rise to the step's peak")
         if selected is not None and 0 <= selected < len(x):
-            bars[selected].set_edgecolor("black")
-            bars[selected].set_linewidth(2)
-    if show_cumul:
-        peak_ax.plot(x, [iv.cumulative_peak_allocated for iv in intervals], "o--", color=CUMUL,
+            peak_ax.add_patch(Rectangle((selected - 0.4, base[selected]), 0.8, rise[selected],
+                                        fill=False, edgecolor="black", linewidth=2, label="_selected"))
+    if show_cumul and x:
+        peak_ax.plot(x, [iv.cumulative_peak_allocated for iv in intervals], marker, color=CUMUL,
                      label="peak a never-cleared snapshot reports")
-    for i, iv in enumerate(intervals):
-        if iv.error:
-            peak_ax.annotate(iv.error, (i, iv.peak_allocated), textcoords="offset points",
-                             xytext=(0, 4), ha="center", color=ERR, fontsize=8, fontweight="bold")
+    failed = [i for i, iv in enumerate(intervals) if iv.error]
+    if failed:
+        peak_ax.plot(failed, [intervals[i].peak_allocated for i in failed], "x", color=ERR,
+                     markersize=8, mew=2, label="_failed")
+        for i in failed[-8:]:  # name the most recent failures; the x marks show them all
+            peak_ax.annotate(intervals[i].error, (i, intervals[i].peak_allocated), textcoords="offset points",
+                             xytext=(0, 6), ha="center", color=ERR, fontsize=8, fontweight="bold")
     peak_ax.margins(y=0.12)
     _byte_axis(peak_ax)
-    _step_axis(peak_ax, labels)
+    _step_axis(peak_ax, labels, ticks=16)
     if intervals:
         _legend_above(peak_ax)
 
     kept = [iv.kept for iv in intervals]
-    kept_ax.bar(x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="kept (end − start)")
+    if x:
+        _bars(kept_ax, x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="kept (end − start)")
     kept_ax.axhline(0, color="black", linewidth=0.8)
     if kept and max(kept) > 0:
         worst = max(range(len(kept)), key=kept.__getitem__)
@@ -106,10 +128,10 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
     _byte_axis(kept_ax)
     _step_axis(kept_ax, labels)
 
-    if show_interval:
-        size_ax.bar(x, [iv.trace_entries for iv in intervals], color=RISE, label="cleared after each step")
-    if show_cumul:
-        size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], "o--", color=CUMUL,
+    if show_interval and x:
+        _bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label="cleared after each step")
+    if show_cumul and x:
+        size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL,
                      label="never cleared")
     size_ax.set_title("Snapshot size (trace entries)", fontsize=10, loc="left", pad=18)
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))

@@ -34,7 +34,9 @@ def session():
 
 
 def bars(ax, label):
-    return [c for c in ax.containers if c.get_label() == label]
+    """Heights of the bar series ``label`` (one collection per series), or [] if not drawn."""
+    found = [c for c in ax.collections if c.get_label() == label]
+    return [[float(np.ptp(p.vertices[:, 1])) for p in found[0].get_paths()]] if found else []
 
 
 def line(ax, label):
@@ -46,13 +48,15 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
     peak_ax, kept_ax, size_ax = d.overview_fig.axes
     base, = bars(peak_ax, "live at the step's start")
     rise, = bars(peak_ax, "rise to the step's peak")
-    assert [b.get_height() for b in base] == [10 * MiB, 10 * MiB, 14 * MiB]
-    assert [b.get_height() for b in rise] == [20 * MiB, 40 * MiB, 20 * MiB]
+    assert base == [10 * MiB, 10 * MiB, 14 * MiB]
+    assert rise == [20 * MiB, 40 * MiB, 20 * MiB]
     cumul, = line(peak_ax, "peak a never-cleared snapshot reports")
     assert list(cumul.get_ydata()) == [30 * MiB, 50 * MiB, 50 * MiB]
-    assert [b.get_height() for b in kept_ax.containers[0]] == [0, 4 * MiB, 0]
+    assert bars(kept_ax, "kept (end − start)") == [[0, 4 * MiB, 0]]
     assert list(line(size_ax, "never cleared")[0].get_ydata()) == [100, 200, 300]
     assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
+    failed, = line(peak_ax, "_failed")
+    assert list(failed.get_xdata()) == [2]
     assert d.overview.value[:4] == b"\x89PNG" and "step 2 (+4.0 MiB)" in d.header.value
 
 
@@ -81,8 +85,8 @@ def test_choosing_a_step_redraws_the_detail(session):
     assert "40.0 MiB" in d.blocks.value and "forward (/lib/model.py:3)" in d.blocks.value
     assert d.blocks.value.index("notebook cell") < d.blocks.value.index("/lib/model.py")
     assert "live before this step" in d.blocks.value
-    outlined = [b for b in bars(d.overview_fig.axes[0], "rise to the step's peak")[0] if b.get_linewidth() == 2]
-    assert len(outlined) == 1 and outlined[0].get_x() < 1.5 < outlined[0].get_x() + 1
+    outlined = [p for p in d.overview_fig.axes[0].patches if p.get_label() == "_selected"]
+    assert len(outlined) == 1 and outlined[0].get_x() < 1 < outlined[0].get_x() + 0.8
 
 
 def test_new_intervals_extend_the_overview_in_place(session):
@@ -92,7 +96,7 @@ def test_new_intervals_extend_the_overview_in_place(session):
     assert len(bars(d.overview_fig.axes[0], "rise to the step's peak")[0]) == 4
     session.add(interval(2, 1 * MiB, 2 * MiB, 1 * MiB))  # a re-run step replaces its bar
     assert len(d.step.options) == 4
-    assert bars(d.overview_fig.axes[0], "rise to the step's peak")[0][1].get_height() == 1 * MiB
+    assert bars(d.overview_fig.axes[0], "rise to the step's peak")[0][1] == 1 * MiB
 
 
 def test_rank_selector_appears_with_several_ranks(session):
