@@ -82,3 +82,29 @@ def test_unknown_fields_and_actions_are_tolerated(tmp_path):
     snap["brand_new_key"] = {"x": 1}
     path = dump_snapshot(snap, tmp_path / "s.pickle")
     assert load_snapshot(path)["brand_new_key"] == {"x": 1}
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from memsnap_magic import summarize  # noqa: E402
+from snapshots import free  # noqa: E402
+
+_VALID = pickle.dumps(snapshot(alloc(0x10, 64) + free(0x8, 32) + alloc(0x20, 1 << 20),
+                               {0x10: 64, 0x20: 1 << 20}), protocol=4)
+
+
+@given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+       st.integers(0, len(_VALID)))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_corrupted_files_raise_only_snapshot_error(tmp_path, flips, cut):
+    data = bytearray(_VALID)
+    for pos, byte in flips:
+        data[pos] = byte
+    path = tmp_path / "corrupt.pickle"
+    path.write_bytes(bytes(data[:cut]))
+    try:
+        snap = load_snapshot(path)
+    except SnapshotError:
+        return
+    summarize(snap)  # whatever loads must also summarise without error
