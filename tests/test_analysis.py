@@ -100,6 +100,51 @@ def test_summary_equals_brute_force_reference(snap):
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0)
 
 
+@st.composite
+def busy_windows(draw):
+    """Several devices; frees requested long before they complete (record_stream); the window
+    cut mid-run and truncated like a full ring buffer (only the newest entries kept)."""
+    devices = draw(st.integers(1, 3))
+    traces, segments = [], []
+    for d in range(devices):
+        live: dict[int, int] = {}
+        pending: list[tuple[int, int]] = []
+        trace = []
+        base = (d + 1) << 40
+        for _ in range(draw(st.integers(0, 50))):
+            choice = draw(st.integers(0, 2))
+            if choice == 0 and live:
+                a = draw(st.sampled_from(sorted(live)))
+                trace.append(entry("free_requested", a, live[a]))
+                pending.append((a, live.pop(a)))
+            elif choice == 1 and pending:
+                a, size = pending.pop(draw(st.integers(0, len(pending) - 1)))
+                trace.append(entry("free_completed", a, size))
+            else:
+                free_addrs = [base + k for k in range(64) if base + k not in live
+                              and all(base + k != p for p, _ in pending)]
+                a = draw(st.sampled_from(free_addrs))
+                live[a] = draw(st.integers(1, 1 << 30))
+                trace.append(entry("alloc", a, live[a]))
+        keep = draw(st.integers(0, len(trace)))
+        traces.append(trace[len(trace) - keep:])
+        segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
+                      "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}]}
+                     for a, s in live.items()]
+        segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
+                      "blocks": [{"size": s, "requested_size": s, "state": "active_pending_free"}]}
+                     for a, s in pending]
+    return {"segments": segments, "device_traces": traces}
+
+
+@given(busy_windows())
+@settings(max_examples=300, deadline=None)
+def test_summary_equals_reference_on_every_device(snap):
+    for d in range(len(snap["device_traces"])):
+        s = summarize(snap, device=d)
+        assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, d)
+
+
 def test_decimate_keeps_extremes_and_order():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 1000, 100_000)
