@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from . import options
 from .execute import CellCode
 
-_LINE_COMMANDS = ("show", "config", "list", "reset", "off")
+_LINE_COMMANDS = ("show", "load", "config", "list", "reset", "off")
 
 
 def _print_report(iv: Any, previous: Any) -> None:
@@ -49,6 +49,7 @@ class MemsnapMagics(Magics):
         Line magic::
 
             %memsnap show                   dashboard: per-step vs cumulative peaks, step detail
+            %memsnap load PATH ...          bring existing dumps (files or folders, verl's layout) in
             %memsnap config key=value ...   session defaults for the options below
             %memsnap list                   table of the recorded intervals
             %memsnap reset                  forget the intervals (files stay)
@@ -85,6 +86,25 @@ class MemsnapMagics(Magics):
             raise UsageError(str(e)) from None
 
     @staticmethod
+    def _load(rest: str, s: Any) -> None:
+        import shlex
+
+        from .files import read_intervals
+        from .snapshot import SnapshotError
+
+        try:
+            paths = shlex.split(rest)
+            if not paths:
+                raise UsageError("%memsnap load: give one or more snapshot files or folders")
+            loaded = [s.add(iv) for iv in read_intervals(paths)]
+        except (SnapshotError, ValueError) as e:
+            raise UsageError(f"%memsnap load: {e}") from None
+        steps = sorted({iv.step for iv in loaded})
+        ranks = sorted({iv.rank for iv in loaded})
+        print(f"memsnap: loaded {len(loaded)} snapshot(s): steps {', '.join(map(str, steps))}; "
+              f"ranks {', '.join(map(str, ranks))}")
+
+    @staticmethod
     def _start(recorder: Any) -> None:
         from .backends import BackendError
 
@@ -105,6 +125,8 @@ class MemsnapMagics(Magics):
             from .widget import dashboard
 
             display(dashboard(s))
+        elif command == "load":
+            self._load(rest, s)
         elif command == "config":
             if rest.strip():
                 try:

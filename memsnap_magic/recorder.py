@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import options
-from .session_state import Interval, Session, session as _default_session
+from .session_state import Interval, Session, interval_from_snapshot
+from .session_state import session as _default_session
 
 _active: list["Recorder"] = []
 
@@ -129,7 +130,6 @@ class Recorder:
             return None
 
     def _finish(self, step: int, error: BaseException | None, keep: bool) -> None:
-        from .analysis import alive_at, decimate, summarize
         from .snapshot import dump_snapshot
 
         backend, opts = self._backend, self.options
@@ -156,20 +156,14 @@ class Recorder:
             path = None
         finally:
             self._quietly(backend.end, keep=keep)
-        summary = self._quietly(summarize, snap, backend.trace_index)
-        if summary is None:
+        iv = self._quietly(interval_from_snapshot, snap, backend.trace_index,
+                           max_entries=opts["max_entries"], step=step, rank=self._rank,
+                           device=backend.device, path=path, error=error_name,
+                           allocator_peak_allocated=allocator_peak, clear=not keep, tag=opts["tag"],
+                           file_bytes=file_bytes,
+                           context="none" if backend.device == "cpu" else opts["context"])
+        if iv is None:
             return
-        t, y = decimate(summary.time_us, summary.allocated)
-        iv = Interval(step=step, rank=self._rank, device=backend.device, path=path,
-                      baseline_allocated=summary.baseline_allocated,
-                      peak_allocated=summary.peak_allocated, end_allocated=summary.end_allocated,
-                      trace_entries=summary.trace_entries, error=error_name,
-                      allocator_peak_allocated=allocator_peak, clear=not keep, tag=opts["tag"],
-                      file_bytes=file_bytes,
-                      overflowed=summary.trace_entries >= opts["max_entries"],
-                      context="none" if backend.device == "cpu" else opts["context"],
-                      top_blocks=self._quietly(alive_at, snap, summary) or [],
-                      time_us=t, allocated=y)
         previous = self.session.previous(iv)
         self.session.add(iv)
         self.intervals.append(iv)

@@ -147,6 +147,21 @@ def session() -> Session:
     return _session
 
 
+def interval_from_snapshot(snap: dict[str, Any], trace_index: int | None = None, *,
+                           max_entries: int | None = None, **fields: Any) -> Interval:
+    """Summarise a snapshot into an Interval: its figures, a decimated timeline and the blocks
+    alive at its peak; the snapshot itself is not kept. ``fields``: step, rank, device, path…"""
+    from .analysis import alive_at, decimate, summarize
+
+    summary = summarize(snap, trace_index)
+    t, y = decimate(summary.time_us, summary.allocated)
+    return Interval(baseline_allocated=summary.baseline_allocated,
+                    peak_allocated=summary.peak_allocated, end_allocated=summary.end_allocated,
+                    trace_entries=summary.trace_entries,
+                    overflowed=max_entries is not None and summary.trace_entries >= max_entries,
+                    top_blocks=alive_at(snap, summary), time_us=t, allocated=y, **fields)
+
+
 def describe(iv: Interval, previous: Interval | None) -> str:
     """The compact line printed after each ``%%memsnap`` cell."""
     parts = [f"memsnap step {iv.step}", iv.device if iv.rank == 0 else f"{iv.device} rank {iv.rank}",

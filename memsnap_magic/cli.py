@@ -1,0 +1,141 @@
+"""``memsnap``: summarise, plot and compare snapshot files outside a notebook.
+
+    memsnap summarize outputs/profile            # every step and rank under a verl folder
+    memsnap summarize a.pickle b.pickle --json   # records for scripts
+    memsnap plot outputs/profile -o memory.png   # the dashboard's overview as a picture
+    memsnap diff step1/x.pickle step5/x.pickle   # what grew between two snapshots, and where
+
+Exit status: 0 on success, 2 with a one-line message on bad input (unreadable or unsafe files,
+missing paths, bad options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from typing import Any, NoReturn, Sequence
+
+from .snapshot import SnapshotError
+from .units import fmt_bytes
+
+_RECORD_KEYS = ("step", "rank", "device", "path", "baseline_allocated", "peak_allocated",
+                "peak_increase", "kept", "end_allocated", "trace_entries", "error")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        self.exit(2, f"memsnap: {message} (see memsnap --help)\n")
+
+
+def _session(paths: Sequence[str]) -> Any:
+    from .files import read_intervals
+    from .session_state import Session
+
+    s = Session()
+    for iv in read_intervals(paths, progress=sys.stderr.isatty()):
+        s.add(iv)
+    return s
+
+
+def cmd_summarize(args: argparse.Namespace) -> None:
+    s = _session(args.paths)
+    if args.json:
+        records = [{k: rec[k] for k in _RECORD_KEYS} for rec in s.to_records()]
+        json.dump(records, sys.stdout, indent=1)
+        print()
+    else:
+        print(s.table())
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from .plots import overview_figure, png
+
+    s = _session(args.paths)
+    with open(args.output, "wb") as f:
+        f.write(png(overview_figure(s.intervals, view=args.view)))
+    print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
+
+
+def _site(block: dict[str, Any]) -> str:
+    from .widget import frame_lines
+
+    lines = frame_lines(block.get("frames", []), limit=1)
+    if lines:
+        return lines[0]
+    return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
+
+
+def site_bytes(blocks: list[dict[str, Any]]) -> dict[str, int]:
+    """Bytes alive at the peak per allocation site (the first frame, notebook cells first)."""
+    sites: dict[str, int] = defaultdict(int)
+    for b in blocks:
+        sites[_site(b)] += b["size"]
+    return dict(sites)
+
+
+def cmd_diff(args: argparse.Namespace) -> None:
+    from .analysis import alive_at, summarize
+    from .snapshot import load_snapshot
+
+    figures, sites = [], []
+    for path in (args.a, args.b):
+        snap = load_snapshot(path)
+        summary = summarize(snap)
+        figures.append(summary)
+        sites.append(site_bytes(alive_at(snap, summary, top=0)))
+    a, b = figures
+    print(f"A: {args.a}\nB: {args.b}")
+    for name in ("baseline_allocated", "peak_allocated", "peak_increase", "end_allocated"):
+        va, vb = getattr(a, name), getattr(b, name)
+        print(f"  {name:<20} {fmt_bytes(va):>12} -> {fmt_bytes(vb):>12}  ({fmt_bytes(vb - va, signed=True)})")
+    print(f"  {'trace_entries':<20} {a.trace_entries:>12,} -> {b.trace_entries:>12,}")
+    growth = {k: sites[1].get(k, 0) - sites[0].get(k, 0) for k in set(sites[0]) | set(sites[1])}
+    ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[:args.top]
+    print(f"\nallocation sites whose bytes alive at the peak changed most (B - A):")
+    if not ranked:
+        print("  (none)")
+    for site, delta in ranked:
+        print(f"  {fmt_bytes(delta, signed=True):>12}  {site}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="memsnap", description=__doc__.split("\n\n")[0],
+                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("summarize", help="a table (or JSON) per step and rank",
+                       description="Baseline, peak, increase and trace entries of each snapshot. "
+                                   "Folders are searched recursively; step and rank come from "
+                                   "verl's step<N>/..._rank<R>_... layout.")
+    p.add_argument("paths", nargs="+", help="snapshot files or folders")
+    p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+    p.set_defaults(run=cmd_summarize)
+    p = sub.add_parser("plot", help="the dashboard's overview as a PNG")
+    p.add_argument("paths", nargs="+", help="snapshot files or folders")
+    p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("--view", choices=("interval", "cumulative", "both"), default="both")
+    p.set_defaults(run=cmd_plot)
+    p = sub.add_parser("diff", help="what changed between two snapshots, and where")
+    p.add_argument("a", help="the earlier snapshot")
+    p.add_argument("b", help="the later snapshot")
+    p.add_argument("--top", type=int, default=10, help="how many allocation sites to list")
+    p.set_defaults(run=cmd_diff)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except SnapshotError as e:
+        print(f"memsnap: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"memsnap: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
