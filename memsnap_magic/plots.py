@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, MaxNLocator
 
 from .units import fmt_bytes
 
@@ -36,11 +36,23 @@ def _byte_step(span: float, ticks: int = 5) -> float:
     return float(nice * mag * unit)
 
 
-def _byte_axis(ax: Any, top: float | None = None) -> None:
-    """Byte-formatted y axis with round binary ticks; ``top``: largest value drawn."""
-    lo, hi = ax.get_ylim()
-    hi = max(hi, top or 0)
-    ax.yaxis.set_major_locator(MultipleLocator(_byte_step(max(hi - min(lo, 0), 1.0))))
+class _ByteLocator(Locator):
+    """Ticks at round binary steps of the final view (1, 2 or 5 × 10ⁿ KiB/MiB/GiB)."""
+
+    def __call__(self) -> Sequence[float]:
+        lo, hi = self.axis.get_view_interval()
+        return self.tick_values(lo, hi)
+
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
+        step = _byte_step(max(vmax - vmin, 1.0))
+        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)
+
+
+def _byte_axis(ax: Any, from_zero: bool = True) -> None:
+    """Byte-formatted y axis with round binary ticks; ``from_zero``: the axis starts at 0 B."""
+    if from_zero:
+        ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(_ByteLocator())
     ax.yaxis.set_major_formatter(_BYTES)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -52,7 +64,10 @@ def _legend_above(ax: Any) -> None:
 
 def _step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
     """Step labels at (at most ~``ticks``) integer positions: a tick object per label is slow."""
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=ticks, integer=True, min_n_ticks=1))
+    if len(labels) <= ticks + 4:
+        ax.xaxis.set_major_locator(FixedLocator(range(len(labels))))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=ticks, integer=True, min_n_ticks=1))
     ax.xaxis.set_major_formatter(FuncFormatter(
         lambda v, _: labels[int(v)] if v == int(v) and 0 <= int(v) < len(labels) else ""))
     ax.set_xlim(-0.6, max(len(labels), 1) - 0.4)
@@ -125,7 +140,7 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
                          xytext=(0, 3), ha="center", fontsize=8, color=KEPT)
     kept_ax.set_title("What each step kept: end − start (a leak stands out)", fontsize=10, loc="left")
     kept_ax.margins(y=0.15)
-    _byte_axis(kept_ax)
+    _byte_axis(kept_ax, from_zero=False)
     _step_axis(kept_ax, labels)
 
     if show_interval and x:
@@ -134,6 +149,7 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL,
                      label="never cleared")
     size_ax.set_title("Snapshot size (trace entries)", fontsize=10, loc="left", pad=18)
+    size_ax.set_ylim(bottom=0)
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     size_ax.grid(axis="y", alpha=0.3)
     size_ax.set_axisbelow(True)
@@ -170,7 +186,7 @@ def detail_figure(iv: Any) -> Figure:
             label=f"peak {fmt_bytes(iv.peak_allocated)}")
     ax.set_xlabel("time since the step's first event (ms)")
     ax.margins(y=0.1)
-    _byte_axis(ax)
+    _byte_axis(ax, from_zero=False)
     ax.set_title(ax.get_title(loc="left"), fontsize=10, loc="left", pad=18)
     _legend_above(ax)
     return fig
@@ -180,3 +196,48 @@ def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI)
     return buf.getvalue()
+
+
+def ranks_figure(intervals: Sequence[Any], selected: int | None = None) -> Figure:
+    """Several ranks (or devices): per step, the largest and smallest peak and their gap."""
+    by_step: dict[int, list[Any]] = {}
+    for iv in intervals:
+        by_step.setdefault(iv.step, []).append(iv)
+    steps = sorted(by_step)
+    peaks = [[iv.peak_allocated for iv in by_step[s]] for s in steps]
+    hi, lo = [max(p) for p in peaks], [min(p) for p in peaks]
+    gap = [h - l for h, l in zip(hi, lo)]
+    x = list(range(len(steps)))
+    labels = [str(s) for s in steps]
+    ranks = len({(iv.rank, iv.device) for iv in intervals})
+    fig = Figure(figsize=(9.5, 6.4), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2, 1, height_ratios=[1.35, 1], left=0.085, right=0.985, top=0.86,
+                            bottom=0.075, hspace=0.5)
+    peak_ax, gap_ax = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+    fig.suptitle(f"Peak allocated memory per step across {ranks} ranks/devices", fontsize=12, y=0.985)
+    peak_ax.set_title("Largest and smallest rank's peak", fontsize=10, loc="left", pad=18)
+    if x:
+        _bars(peak_ax, x, hi, color=RISE, label="largest rank's peak")
+        _bars(peak_ax, x, lo, color=BASE, label="smallest rank's peak")
+        dots = [(i, p) for i, ps in enumerate(peaks) for p in ps]
+        peak_ax.plot([d[0] for d in dots], [d[1] for d in dots], ".", color="black", markersize=4,
+                     label="each rank")
+        if selected is not None and 0 <= selected < len(x):
+            peak_ax.add_patch(Rectangle((selected - 0.4, 0), 0.8, hi[selected], fill=False,
+                                        edgecolor="black", linewidth=2, label="_selected"))
+        _legend_above(peak_ax)
+    peak_ax.margins(y=0.12)
+    _byte_axis(peak_ax)
+    _step_axis(peak_ax, labels, ticks=16)
+    gap_ax.set_title("Imbalance: largest − smallest peak", fontsize=10, loc="left")
+    if x:
+        _bars(gap_ax, x, gap, color=KEPT, label="imbalance")
+        worst = max(x, key=gap.__getitem__)
+        if gap[worst] > 0:
+            gap_ax.annotate(fmt_bytes(gap[worst]), (worst, gap[worst]), textcoords="offset points",
+                            xytext=(0, 3), ha="center", fontsize=8, color=KEPT)
+    gap_ax.margins(y=0.15)
+    _byte_axis(gap_ax)
+    _step_axis(gap_ax, labels, ticks=16)
+    return fig

@@ -18,6 +18,7 @@ from . import plots
 from .session_state import Interval, Session, session as current_session
 from .units import fmt_bytes
 
+ALL_RANKS = "all"
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
 
 
@@ -99,7 +100,14 @@ class Dashboard:
         return list(seen)
 
     def shown(self) -> list[Interval]:
+        """One rank's intervals; with "all ranks", per step the rank with the highest peak."""
         key = self.group.value
+        if key == ALL_RANKS:
+            top: dict[int, Interval] = {}
+            for iv in self.session.intervals:
+                if iv.step not in top or iv.peak_allocated > top[iv.step].peak_allocated:
+                    top[iv.step] = iv
+            return [top[s] for s in sorted(top)]
         return [iv for iv in self.session.intervals if key is None or (iv.rank, iv.device) == key]
 
     def selected(self) -> Interval | None:
@@ -113,9 +121,11 @@ class Dashboard:
         self._updating = True
         try:
             groups = self.groups()
-            self.group.options = [(f"rank {r} · {d}", (r, d)) for r, d in groups]
-            if groups and self.group.value not in groups:
-                self.group.value = groups[0]
+            keys: list[Any] = [ALL_RANKS] * (len(groups) > 1) + groups
+            self.group.options = [("all ranks" if k == ALL_RANKS else f"rank {k[0]} · {k[1]}", k)
+                                  for k in keys]
+            if keys and self.group.value not in keys:
+                self.group.value = keys[0]
             self.group.layout.display = "" if len(groups) > 1 else "none"
             ivs = self.shown()
             keep = self.step.value
@@ -130,11 +140,16 @@ class Dashboard:
     def _draw_overview(self) -> None:
         ivs = self.shown()
         n = len(ivs)
-        worst = max(ivs, key=lambda iv: iv.kept, default=None)
-        note = (f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
-                if worst is not None and worst.kept > 0 else "")
-        self.header.value = (f"<b>memsnap</b> · {n} step{'s' * (n != 1)}{note}")
-        self.overview_fig = plots.overview_figure(ivs, view=self.view.value, selected=self.step.value)
+        header = f"<b>memsnap</b> · {n} step{'s' * (n != 1)}"
+        if self.group.value == ALL_RANKS:
+            header += f" · {len(self.groups())} ranks/devices"
+            self.overview_fig = plots.ranks_figure(self.session.intervals, selected=self.step.value)
+        else:
+            worst = max(ivs, key=lambda iv: iv.kept, default=None)
+            if worst is not None and worst.kept > 0:
+                header += f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
+            self.overview_fig = plots.overview_figure(ivs, view=self.view.value, selected=self.step.value)
+        self.header.value = header
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
 

@@ -99,12 +99,22 @@ def test_new_intervals_extend_the_overview_in_place(session):
     assert bars(d.overview_fig.axes[0], "rise to the step's peak")[0][1] == 1 * MiB
 
 
-def test_rank_selector_appears_with_several_ranks(session):
-    session.add(interval(1, 0, 5 * MiB, 0, rank=1))
+def test_several_ranks_show_max_min_and_imbalance_then_one_rank(session):
+    session.add(interval(1, 0, 70 * MiB, 0, rank=1))
+    session.add(interval(2, 0, 45 * MiB, 0, rank=1))
     d = Dashboard(session)
-    assert d.group.layout.display == "" and len(d.group.options) == 2
+    assert d.group.layout.display == "" and d.group.value == "all"
+    assert [label for label, _ in d.group.options] == ["all ranks", "rank 0 · cpu", "rank 1 · cpu"]
+    peak_ax, gap_ax = d.overview_fig.axes
+    assert bars(peak_ax, "largest rank's peak") == [[70 * MiB, 50 * MiB, 34 * MiB]]
+    assert bars(peak_ax, "smallest rank's peak") == [[30 * MiB, 45 * MiB, 34 * MiB]]
+    assert bars(gap_ax, "imbalance") == [[40 * MiB, 5 * MiB, 0]]
+    assert [(iv.step, iv.rank) for iv in d.shown()] == [(1, 1), (2, 0), (3, 0)]  # the top rank per step
+    d.step.value = 0
+    assert "rank 1" in d.detail_fig.axes[0].get_title(loc="left")
     d.group.value = (1, "cpu")
-    assert [iv.rank for iv in d.shown()] == [1] and len(d.step.options) == 1
+    assert [iv.rank for iv in d.shown()] == [1, 1] and len(d.step.options) == 2
+    assert bars(d.overview_fig.axes[0], "rise to the step's peak") == [[70 * MiB, 45 * MiB]]
 
 
 def test_single_group_hides_the_selector(session):
