@@ -34,7 +34,8 @@ def mark(step: int) -> None:
 
 
 def resolve_rank(explicit: int | None = None) -> int:
-    """Explicit ``rank=``, else ``$RANK`` (torchrun, verl), else torch.distributed's rank, else 0."""
+    """Explicit ``rank=``, else ``$RANK`` (torchrun, verl), else torch.distributed's rank, else
+    the ipyparallel engine id when running on an engine, else 0."""
     if explicit is not None:
         return explicit
     env = os.environ.get("RANK", "")
@@ -43,7 +44,10 @@ def resolve_rank(explicit: int | None = None) -> int:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
-    return 0
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    engine_id = getattr(getattr(shell, "kernel", None), "engine_id", None)
+    return engine_id if isinstance(engine_id, int) and engine_id >= 0 else 0
 
 
 def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int) -> Path:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream" and o.get("name") == "stdout":
                 print(o["text"], end="")
-    print(f"\nexecuted notebook: {out}\nsnapshots under: {cwd / 'memsnap'}")
+    print(f"\nexecuted notebook: {out}\nfiles written under: {cwd}")
     return status
 
 

@@ -84,3 +84,13 @@ def test_demo_dashboard_survives_in_saved_widget_state(executed):
                  and m["state"].get("description") == "step")
     # shown after step 3, it kept updating: it ends on the last step the notebook recorded
     assert steps["state"]["_options_labels"][-1] == "10"
+
+
+def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
+    nb, cwd = executed["ranks_ipyparallel.ipynb"]
+    files = sorted(p.relative_to(cwd / "ranks").as_posix().split("_pid")[0]
+                   for p in (cwd / "ranks").glob("step*/*.pickle"))
+    assert files == ["step1/torch_memory_rank0", "step1/torch_memory_rank1",
+                     "step2/torch_memory_rank0", "step2/torch_memory_rank1"]
+    loaded = next(o.text for c in nb.cells for o in c.get("outputs", []) if "loaded" in o.get("text", ""))
+    assert "loaded 4 snapshot(s): steps 1, 2; ranks 0, 1" in loaded
