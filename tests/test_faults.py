@@ -104,3 +104,15 @@ def test_snapshot_that_cannot_be_taken_never_fails_the_cell(shell, monkeypatch):
     assert res.success and shell.user_ns["answer"] == 42
     assert any("profiler went away" in str(w.message) for w in caught)
     assert recording_devices() == []
+
+
+def test_a_running_torch_profiler_is_left_alone(shell):
+    import torch
+    from IPython.core.error import UsageError
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        res = shell.run_cell("%%memsnap device=cpu\nran = torch.ones(3).sum()")
+        torch.ones(5).sum()
+    assert isinstance(res.error_in_exec, UsageError) and "torch.profiler is already running" in str(res.error_in_exec)
+    assert "ran" not in shell.user_ns
+    assert any(e.name == "aten::sum" for e in prof.events())  # the user's profile is intact

@@ -21,6 +21,8 @@ import time
 from types import FunctionType, ModuleType
 from typing import Any
 
+from . import BackendError
+
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # silences kineto's USDT start/stop lines
 
 _WALK_DEPTH = 4
@@ -224,6 +226,12 @@ class CpuBackend:
         self._profiler.warm_up()
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+        if not self.recording:
+            from torch._C._autograd import _profiler_enabled
+
+            if _profiler_enabled():
+                raise BackendError("device=cpu: torch.profiler is already running; the CPU route "
+                                   "records through it, so stop that profiler first")
         self._profiler.warm_up()
         if self.recording and not fresh:
             return
