@@ -60,6 +60,10 @@ class Recorder:
 
     >>> with Recorder(step=3, device="cpu"):          # doctest: +SKIP
     ...     loss = model(batch).sum(); loss.backward()
+
+    Options are the magic's (``%%memsnap?``). ``namespace``: where the CPU route looks for the
+    tensors live at the interval's start (default: the caller's module globals). ``start()`` and
+    ``stop(error)`` are the same steps without a ``with`` block.
     """
 
     def __init__(self, step: int | None = None, *, steps: list[int] | tuple[int, ...] | None = None,
@@ -121,9 +125,9 @@ class Recorder:
         if self._current is not None:
             self._finish(self._current, None, keep=listed)
             self._current = None
-        if listed:
-            self._backend.begin(fresh=True, namespace=self.namespace)
-            self._current = step
+        if listed:  # mark() runs inside the user's loop: our failure must not stop it
+            self._quietly(self._backend.begin, fresh=True, namespace=self.namespace)
+            self._current = step if self._backend.recording else None
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
