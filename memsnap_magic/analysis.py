@@ -9,13 +9,11 @@ baseline gives the interval's timeline. Sizes are requested bytes, as the trace 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import repeat
 from typing import Any
 
 import numpy as np
-
-_FREE_ACTIONS = ("free_completed", "free")
-
 
 @dataclass(frozen=True)
 class Summary:
@@ -26,12 +24,31 @@ class Summary:
     peak_allocated: int
     end_allocated: int
     trace_entries: int
-    time_us: np.ndarray = field(repr=False)      # per replayed event (alloc/free)
-    allocated: np.ndarray = field(repr=False)    # bytes allocated after each event
+    allocated: np.ndarray = field(repr=False)    # bytes allocated after each replayed event
     peak_index: int = -1                         # index into the arrays; -1: the baseline
     # per replayed event: +1 alloc / -1 free, address, size, index of its trace entry
     events: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(default=(), repr=False)
-    untouched: list[dict[str, Any]] = field(default_factory=list, repr=False)  # end blocks live all along
+    trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # end-state blocks live all along: (address, requested size, block dict)
+    untouched: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]] = field(default=(), repr=False)
+
+    @cached_property
+    def time_us(self) -> np.ndarray:
+        """``time_us`` of each replayed event (read on demand: plots need only a few)."""
+        t = _column(self.trace, "time_us", -1)[self.events[3]] if self.trace else np.zeros(0, np.int64)
+        if len(t) and t.min() < 0:  # older traces lack time_us: carry the last known time forward
+            known = np.where(t >= 0, np.arange(len(t)), -1)
+            last = np.maximum.accumulate(known)
+            t = np.where(last >= 0, t[np.maximum(last, 0)], 0)
+        return t
+
+    def times_at(self, index: np.ndarray) -> np.ndarray:
+        """``time_us`` of the replayed events at ``index``, without reading every entry."""
+        entries = self.events[3][index].tolist()
+        times = [self.trace[i].get("time_us") for i in entries]
+        if None in times:
+            return self.time_us[index]
+        return np.asarray(times, dtype=np.int64)
 
     @property
     def peak_increase(self) -> int:
@@ -51,32 +68,29 @@ def pick_device(snap: dict[str, Any]) -> int:
     return 0
 
 
-_CODE = {"alloc": 1, "free_completed": 2, "free": 2, "free_requested": 3}
-
-
 def _column(trace: list[dict[str, Any]], key: str, default: int) -> np.ndarray:
     """One integer field of every entry, read at C speed (``dict.get`` mapped over the list)."""
     n = len(trace)
     return np.fromiter(map(dict.get, trace, repeat(key, n), repeat(default, n)), dtype=np.int64, count=n)
 
 
+_HASH = {name: hash(name) for name in ("alloc", "free_completed", "free", "free_requested")}
+
+
 def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
-    """(sign, addr, size, time_us, entry index) of the events that change allocated bytes."""
+    """(sign, addr, size, entry index) of the events that change allocated bytes."""
     n = len(trace)
-    actions = map(dict.get, trace, repeat("action", n))
-    code = np.fromiter(map(_CODE.get, actions, repeat(0, n)), dtype=np.int8, count=n)
-    # a trace without free_completed counts frees where they are requested
-    free_code = 2 if (code == 2).any() else 3
-    index = np.flatnonzero((code == 1) | (code == free_code))
-    sign = np.where(code[index] == 1, 1, -1).astype(np.int64)
+    # Actions compared by their string hash: one C-level pass instead of a dict lookup per entry.
+    h = np.fromiter(map(hash, map(dict.get, trace, repeat("action", n))), dtype=np.int64, count=n)
+    alloc = h == _HASH["alloc"]
+    freed = (h == _HASH["free_completed"]) | (h == _HASH["free"])
+    if not freed.any():  # a trace without free_completed counts frees where they are requested
+        freed = h == _HASH["free_requested"]
+    index = np.flatnonzero(alloc | freed)
+    sign = np.where(alloc[index], 1, -1).astype(np.int64)
     addr = _column(trace, "addr", 0)[index].astype(np.uint64)
     size = _column(trace, "size", 0)[index]
-    t = _column(trace, "time_us", -1)[index]
-    if len(t) and t.min() < 0:  # older traces lack time_us: carry the last known time forward
-        known = np.where(t >= 0, np.arange(len(t)), -1)
-        last = np.maximum.accumulate(known)
-        t = np.where(last >= 0, t[np.maximum(last, 0)], 0)
-    return sign, addr, size, t, index.astype(np.int64)
+    return sign, addr, size, index.astype(np.int64)
 
 
 def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
@@ -101,7 +115,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         device = pick_device(snap)
     traces = snap["device_traces"]
     trace = traces[device] if device < len(traces) else []
-    sign, addr, size, t, entry = _trace_arrays(trace)
+    sign, addr, size, entry = _trace_arrays(trace)
     delta = sign * size
 
     # Per address, events alternate alloc/free; a free that comes first was allocated before the
@@ -119,8 +133,6 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     end_addr, end_size, end_blocks = _end_blocks(snap, device)
     untouched = ~np.isin(end_addr, live_from_trace)
     baseline = freed_before + int(end_size[untouched].sum())
-    kept_blocks = [dict(end_blocks[i], address=int(end_addr[i]), requested_size=int(end_size[i]))
-                   for i in np.flatnonzero(untouched)]
 
     allocated = baseline + np.cumsum(delta)
     if len(allocated) and allocated.max() > baseline:
@@ -130,9 +142,10 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         peak_index, peak = -1, baseline
     end = int(allocated[-1]) if len(allocated) else baseline
     return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
-                   end_allocated=end, trace_entries=len(trace), time_us=t,
-                   allocated=allocated, peak_index=peak_index,
-                   events=(sign, addr, size, entry), untouched=kept_blocks)
+                   end_allocated=end, trace_entries=len(trace), allocated=allocated,
+                   peak_index=peak_index, events=(sign, addr, size, entry), trace=trace,
+                   untouched=(end_addr[untouched], end_size[untouched],
+                              [end_blocks[i] for i in np.flatnonzero(untouched).tolist()]))
 
 
 def alive_at(snap: dict[str, Any], summary: Summary, index: int | None = None,
@@ -158,32 +171,36 @@ def alive_at(snap: dict[str, Any], summary: Summary, index: int | None = None,
     chosen = np.flatnonzero(alive_new | alive_old)
     if top:
         chosen = chosen[np.argsort(-size[chosen], kind="stable")[:top]]
-    trace = snap["device_traces"][summary.device] if n else []
+    trace = summary.trace
     items = [{"size": int(size[i]), "addr": int(addr[i]), "before": bool(alive_old[i]),
               "frames": [] if alive_old[i] else list(trace[entry[i]].get("frames", []))}
              for i in chosen.tolist()]
-    items += [{"size": b["requested_size"], "addr": b["address"], "before": True,
-               "frames": list(b.get("frames", []))} for b in summary.untouched]
+    kept_addr, kept_size, kept_blocks = summary.untouched or (np.zeros(0), np.zeros(0), [])
+    kept = np.argsort(-kept_size, kind="stable")[:top] if top else np.arange(len(kept_size))
+    items += [{"size": int(kept_size[i]), "addr": int(kept_addr[i]), "before": True,
+               "frames": list(kept_blocks[i].get("frames", []))} for i in kept.tolist()]
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
     return items[:top] if top else items
 
 
-def decimate(x: np.ndarray, y: np.ndarray, points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``points`` samples keeping each bucket's min and max, so peaks survive."""
+def decimate_index(y: np.ndarray, points: int = 2000) -> np.ndarray:
+    """Indices of at most ``points`` samples keeping each bucket's min and max, so peaks survive."""
     n = len(y)
     if n <= points:
-        return x, y
+        return np.arange(n)
     buckets = max(points // 2, 1)
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
     starts = edges[:-1]
-    lo = np.minimum.reduceat(y, starts)
-    hi = np.maximum.reduceat(y, starts)
-    # index of min/max within each bucket, to keep their order in time
+    width = np.diff(edges)
     idx = np.arange(n)
-    ymin_rep = np.repeat(lo, np.diff(edges))
-    ymax_rep = np.repeat(hi, np.diff(edges))
     big = np.iinfo(np.int64).max
-    imin = np.minimum.reduceat(np.where(y == ymin_rep, idx, big), starts)
-    imax = np.minimum.reduceat(np.where(y == ymax_rep, idx, big), starts)
-    keep = np.unique(np.concatenate([imin, imax]))
+    # first index of each bucket's min and max, to keep their order in time
+    imin = np.minimum.reduceat(np.where(y == np.repeat(np.minimum.reduceat(y, starts), width), idx, big), starts)
+    imax = np.minimum.reduceat(np.where(y == np.repeat(np.maximum.reduceat(y, starts), width), idx, big), starts)
+    return np.unique(np.concatenate([imin, imax]))
+
+
+def decimate(x: np.ndarray, y: np.ndarray, points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` reduced to at most ``points`` samples by ``decimate_index``."""
+    keep = decimate_index(y, points)
     return x[keep], y[keep]

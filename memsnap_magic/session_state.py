@@ -151,10 +151,11 @@ def interval_from_snapshot(snap: dict[str, Any], trace_index: int | None = None,
                            max_entries: int | None = None, **fields: Any) -> Interval:
     """Summarise a snapshot into an Interval: its figures, a decimated timeline and the blocks
     alive at its peak; the snapshot itself is not kept. ``fields``: step, rank, device, path…"""
-    from .analysis import alive_at, decimate, summarize
+    from .analysis import alive_at, decimate_index, summarize
 
     summary = summarize(snap, trace_index)
-    t, y = decimate(summary.time_us, summary.allocated)
+    keep = decimate_index(summary.allocated)
+    t, y = summary.times_at(keep), summary.allocated[keep]
     return Interval(baseline_allocated=summary.baseline_allocated,
                     peak_allocated=summary.peak_allocated, end_allocated=summary.end_allocated,
                     trace_entries=summary.trace_entries,

