@@ -21,6 +21,8 @@ from .units import fmt_bytes
 
 VIEWS = ("interval", "cumulative", "both")
 BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
+THIS_STEP = "this step (history cleared after each)"
+NEVER_CLEARED = "never cleared (cumulative)"
 _BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
 _DPI = 80
 
@@ -60,6 +62,19 @@ def _byte_axis(ax: Any, from_zero: bool = True) -> None:
 
 def _legend_above(ax: Any) -> None:
     ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
+
+
+def _figure_legend(fig: Figure, axes: Sequence[Any]) -> None:
+    """One legend for all panels (each legend costs ~30 ms to draw), under the title."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        fig.legend(handles, labels, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, 0.96),
+                   ncol=len(handles), frameon=False)
 
 
 def _step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
@@ -102,7 +117,7 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
     labels = [str(iv.step) for iv in intervals]
     fig.suptitle(title or "Memory per step: snapshots cleared after each step vs never cleared",
                  fontsize=12, y=0.985)
-    peak_ax.set_title("Peak allocated memory", fontsize=10, loc="left", pad=18)
+    peak_ax.set_title("Peak allocated memory", fontsize=10, loc="left")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
 
     base = [iv.baseline_allocated for iv in intervals]
@@ -110,13 +125,13 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
     marker = "o--" if len(x) <= 60 else "--"
     if show_interval and x:
         _bars(peak_ax, x, base, color=BASE, label="live at the step's start")
-        _bars(peak_ax, x, rise, bottom=base, color=RISE, label="rise to the step's peak")
+        _bars(peak_ax, x, rise, bottom=base, color=RISE, label=THIS_STEP)
         if selected is not None and 0 <= selected < len(x):
             peak_ax.add_patch(Rectangle((selected - 0.4, base[selected]), 0.8, rise[selected],
                                         fill=False, edgecolor="black", linewidth=2, label="_selected"))
     if show_cumul and x:
         peak_ax.plot(x, [iv.cumulative_peak_allocated for iv in intervals], marker, color=CUMUL,
-                     label="peak a never-cleared snapshot reports")
+                     label=NEVER_CLEARED)
     failed = [i for i, iv in enumerate(intervals) if iv.error]
     if failed:
         peak_ax.plot(failed, [intervals[i].peak_allocated for i in failed], "x", color=ERR,
@@ -127,12 +142,10 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
     peak_ax.margins(y=0.12)
     _byte_axis(peak_ax)
     _step_axis(peak_ax, labels, ticks=16)
-    if intervals:
-        _legend_above(peak_ax)
 
     kept = [iv.kept for iv in intervals]
     if x:
-        _bars(kept_ax, x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="kept (end − start)")
+        _bars(kept_ax, x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="_kept")  # the panel title explains it
     kept_ax.axhline(0, color="black", linewidth=0.8)
     if kept and max(kept) > 0:
         worst = max(range(len(kept)), key=kept.__getitem__)
@@ -144,18 +157,18 @@ def overview_figure(intervals: Sequence[Any], view: str = "both", selected: int 
     _step_axis(kept_ax, labels)
 
     if show_interval and x:
-        _bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label="cleared after each step")
+        _bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label=THIS_STEP)
     if show_cumul and x:
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL,
-                     label="never cleared")
-    size_ax.set_title("Snapshot size (trace entries)", fontsize=10, loc="left", pad=18)
+                     label=NEVER_CLEARED)
+    size_ax.set_title("Snapshot size (trace entries)", fontsize=10, loc="left")
     size_ax.set_ylim(bottom=0)
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     size_ax.grid(axis="y", alpha=0.3)
     size_ax.set_axisbelow(True)
     _step_axis(size_ax, labels)
     if intervals:
-        size_ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
+        _figure_legend(fig, [peak_ax, kept_ax, size_ax])
     if not intervals:
         peak_ax.text(0.5, 0.5, "no intervals yet: run a %%memsnap cell", transform=peak_ax.transAxes,
                      ha="center", va="center", fontsize=11, color="gray")
@@ -167,9 +180,11 @@ def detail_figure(iv: Any) -> Figure:
     fig = Figure(figsize=(9.5, 3.2), dpi=_DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    fig.subplots_adjust(left=0.085, right=0.985, top=0.8, bottom=0.16)
+    fig.subplots_adjust(left=0.085, right=0.985, top=0.86, bottom=0.16)
     where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
-    ax.set_title(f"Step {iv.step} ({where}): allocated memory over the step", fontsize=10, loc="left")
+    ax.set_title(f"Step {iv.step} ({where}): allocated memory over the step — start "
+                 f"{fmt_bytes(iv.baseline_allocated)} (dashed), peak {fmt_bytes(iv.peak_allocated)} (▼)",
+                 fontsize=10, loc="left")
     t, y = iv.time_us, iv.allocated
     if t is None or len(t) == 0:
         ax.text(0.5, 0.5, "no allocations or frees recorded in this step", transform=ax.transAxes,
@@ -179,7 +194,7 @@ def detail_figure(iv: Any) -> Figure:
         return fig
     ms = (t - t[0]) / 1000.0
     ax.step(ms, y, where="post", color=RISE, linewidth=1.2, label="allocated")
-    ax.axhline(iv.baseline_allocated, color=BASE, linestyle="--", linewidth=1,
+    ax.axhline(iv.baseline_allocated, color="#6b7a90", linestyle="--", linewidth=1,
                label=f"start {fmt_bytes(iv.baseline_allocated)}")
     peak_at = int(y.argmax())
     ax.plot([ms[peak_at]], [y[peak_at]], "v", color=CUMUL, markersize=9,
@@ -187,14 +202,12 @@ def detail_figure(iv: Any) -> Figure:
     ax.set_xlabel("time since the step's first event (ms)")
     ax.margins(y=0.1)
     _byte_axis(ax, from_zero=False)
-    ax.set_title(ax.get_title(loc="left"), fontsize=10, loc="left", pad=18)
-    _legend_above(ax)
     return fig
 
 
 def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI)
+    fig.savefig(buf, format="png", dpi=_DPI, pil_kwargs={"compress_level": 1})  # fast; small PNGs anyway
     return buf.getvalue()
 
 

@@ -49,17 +49,26 @@ def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
 
 
 def blocks_table(iv: Interval) -> str:
-    rows = []
+    """The largest blocks alive at the peak: size, since when, and who allocated them."""
+    rows, reasons = [], []
     for b in iv.top_blocks:
         frames = frame_lines(b.get("frames", []))
-        text = "<br>".join(html.escape(line) for line in frames) if frames else (
-            f"<i>{html.escape(why_no_frames(b, iv))}</i>")
+        if frames:
+            text = "<br>".join(html.escape(line) for line in frames)
+        else:  # say why once, below the table, instead of on every row
+            reason = why_no_frames(b, iv)
+            if reason not in reasons:
+                reasons.append(reason)
+            text = f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>"
+        since = "before the step" if b.get("before") else "this step"
         rows.append(f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
-                    f"<td>{text}</td></tr>")
+                    f"<td style='padding-right:1em'>{since}</td><td>{text}</td></tr>")
     if not rows:
         return "<i>nothing was allocated at this step's peak</i>"
+    notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
     return ("<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
-            "<th style='text-align:left'>allocated by</th></tr>" + "".join(rows) + "</table>")
+            "<th style='text-align:left'>live since</th><th style='text-align:left'>allocated by</th></tr>"
+            + "".join(rows) + "</table>" + notes)
 
 
 class Dashboard:
@@ -67,10 +76,12 @@ class Dashboard:
 
     def __init__(self, session: Session | None = None) -> None:
         self.session = session if session is not None else current_session()
+        labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
-                                    description="show", style={"button_width": "110px"})
-        self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"))
-        self.step = w.Dropdown(description="step")
+                                    description="view", style=dict(labels, button_width="110px"))
+        self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"),
+                                style={"description_width": "initial"})
+        self.step = w.Dropdown(description="step", style=labels)
         self.header = w.HTML()
         self.overview = w.Image(format="png")
         self.error = w.HTML()
@@ -79,6 +90,10 @@ class Dashboard:
         self.root = w.VBox([self.header, w.HBox([self.view, self.group]), self.overview,
                             self.step, self.error, self.detail, self.blocks])
         self.root.add_class("memsnap-dashboard")
+        # images at their own pixel size (a stretched PNG blurs), at most the output's width
+        self.root.layout.align_items = "flex-start"
+        for image in (self.overview, self.detail):
+            image.layout = w.Layout(max_width="100%", height="auto", margin="6px 0")
         self.overview_fig: Any = None
         self.detail_fig: Any = None
         self._overview_png = b""

@@ -7,6 +7,7 @@ import gc
 import numpy as np
 import pytest
 
+from memsnap_magic.plots import NEVER_CLEARED, THIS_STEP
 from memsnap_magic.session_state import Interval, Session
 from memsnap_magic.widget import Dashboard, blocks_table, frame_lines
 
@@ -47,13 +48,13 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
     d = Dashboard(session)
     peak_ax, kept_ax, size_ax = d.overview_fig.axes
     base, = bars(peak_ax, "live at the step's start")
-    rise, = bars(peak_ax, "rise to the step's peak")
+    rise, = bars(peak_ax, THIS_STEP)
     assert base == [10 * MiB, 10 * MiB, 14 * MiB]
     assert rise == [20 * MiB, 40 * MiB, 20 * MiB]
-    cumul, = line(peak_ax, "peak a never-cleared snapshot reports")
+    cumul, = line(peak_ax, NEVER_CLEARED)
     assert list(cumul.get_ydata()) == [30 * MiB, 50 * MiB, 50 * MiB]
-    assert bars(kept_ax, "kept (end − start)") == [[0, 4 * MiB, 0]]
-    assert list(line(size_ax, "never cleared")[0].get_ydata()) == [100, 200, 300]
+    assert bars(kept_ax, "_kept") == [[0, 4 * MiB, 0]]
+    assert list(line(size_ax, NEVER_CLEARED)[0].get_ydata()) == [100, 200, 300]
     assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
     failed, = line(peak_ax, "_failed")
     assert list(failed.get_xdata()) == [2]
@@ -64,13 +65,13 @@ def test_view_control_changes_the_series_drawn(session):
     d = Dashboard(session)
     d.view.value = "interval"
     peak_ax = d.overview_fig.axes[0]
-    assert bars(peak_ax, "rise to the step's peak") and not line(peak_ax, "peak a never-cleared snapshot reports")
+    assert bars(peak_ax, THIS_STEP) and not line(peak_ax, NEVER_CLEARED)
     d.view.value = "cumulative"
     peak_ax = d.overview_fig.axes[0]
-    assert not bars(peak_ax, "rise to the step's peak") and line(peak_ax, "peak a never-cleared snapshot reports")
+    assert not bars(peak_ax, THIS_STEP) and line(peak_ax, NEVER_CLEARED)
     d.view.value = "both"
     peak_ax = d.overview_fig.axes[0]
-    assert bars(peak_ax, "rise to the step's peak") and line(peak_ax, "peak a never-cleared snapshot reports")
+    assert bars(peak_ax, THIS_STEP) and line(peak_ax, NEVER_CLEARED)
 
 
 def test_choosing_a_step_redraws_the_detail(session):
@@ -93,10 +94,10 @@ def test_new_intervals_extend_the_overview_in_place(session):
     d = Dashboard(session)
     session.add(interval(4, 14 * MiB, 20 * MiB, 14 * MiB))
     assert len(d.step.options) == 4 and d.step.value == 3
-    assert len(bars(d.overview_fig.axes[0], "rise to the step's peak")[0]) == 4
+    assert len(bars(d.overview_fig.axes[0], THIS_STEP)[0]) == 4
     session.add(interval(2, 1 * MiB, 2 * MiB, 1 * MiB))  # a re-run step replaces its bar
     assert len(d.step.options) == 4
-    assert bars(d.overview_fig.axes[0], "rise to the step's peak")[0][1] == 1 * MiB
+    assert bars(d.overview_fig.axes[0], THIS_STEP)[0][1] == 1 * MiB
 
 
 def test_several_ranks_show_max_min_and_imbalance_then_one_rank(session):
@@ -114,7 +115,7 @@ def test_several_ranks_show_max_min_and_imbalance_then_one_rank(session):
     assert "rank 1" in d.detail_fig.axes[0].get_title(loc="left")
     d.group.value = (1, "cpu")
     assert [iv.rank for iv in d.shown()] == [1, 1] and len(d.step.options) == 2
-    assert bars(d.overview_fig.axes[0], "rise to the step's peak") == [[70 * MiB, 45 * MiB]]
+    assert bars(d.overview_fig.axes[0], THIS_STEP) == [[70 * MiB, 45 * MiB]]
 
 
 def test_single_group_hides_the_selector(session):
