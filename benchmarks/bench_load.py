@@ -19,8 +19,7 @@ def run(ctx: Context) -> list[Row]:
 
     entries = ctx.pick(200_000, 50_000)
     path = ctx.work / "load.pickle"
-    with open(path, "wb") as f:
-        pickle.dump(snapshot(entries, frames=4), f, protocol=4)
+    path.write_bytes(pickle.dumps(snapshot(entries, frames=4), protocol=4))
 
     def plain() -> None:
         with open(path, "rb") as f:

@@ -122,7 +122,8 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
     repeated frames the same way; it also makes the ``pickle.load`` reference as cheap as it
     can realistically be). Some frees hit blocks allocated before the window (they make the
     baseline), freed addresses are reused, and the end-state segments hold exactly the blocks
-    live at the end: the untouched pre-window ones and the trace's own. Deterministic per seed.
+    live at the end: the untouched pre-window ones and the trace's own (one segment each, with
+    the freed space after it as an inactive block). Deterministic per seed.
     """
     rng = random.Random(seed)
     pool = _frame_pool(rng, 4000)
@@ -175,9 +176,12 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
             trace.append({"action": action, "addr": addr, "size": size, "stream": 0,
                           "time_us": t, "frames": [choice(pool) for _ in range(frames)]})
     segments = []
-    for addr in sorted(blocks):
+    ends = sorted(blocks)
+    for n, addr in enumerate(ends):
         size, cap, bframes = blocks[addr]
-        total = cap + (2 * MiB if rand() < 0.3 else 0)
+        # freed space up to the next live block (at most 2 MiB) stays in the segment, inactive
+        gap = (ends[n + 1] if n + 1 < len(ends) else bump) - (addr + cap)
+        total = cap + min(max(gap, 0), 2 * MiB)
         seg_blocks = [{"address": addr, "size": cap, "requested_size": size, "state": "active_allocated",
                        "frames": list(bframes)}]
         if total > cap:
@@ -210,16 +214,10 @@ def drop_cached() -> None:
 
 
 def interval_from(snap: dict[str, Any], step: int, path: Path | None = None) -> Any:
-    """The ``Interval`` ``Recorder._finish`` builds from ``snap`` (summarize, decimate, alive_at)."""
-    from memsnap_magic.analysis import alive_at, decimate, summarize
-    from memsnap_magic.session_state import Interval
+    """The ``Interval`` ``Recorder._finish`` builds from ``snap`` (the same function)."""
+    from memsnap_magic.session_state import interval_from_snapshot
 
-    s = summarize(snap)
-    t, y = decimate(s.time_us, s.allocated)
-    return Interval(step=step, rank=0, device="cpu", path=path, baseline_allocated=s.baseline_allocated,
-                    peak_allocated=s.peak_allocated, end_allocated=s.end_allocated,
-                    trace_entries=s.trace_entries, context="all", top_blocks=alive_at(snap, s),
-                    time_us=t, allocated=y)
+    return interval_from_snapshot(snap, step=step, rank=0, device="cpu", path=path)
 
 
 # --------------------------------------------------------------------------- IPython cells

@@ -1,0 +1,35 @@
+"""benchmarks/run.py --quick runs every benchmark and records a number for every row.
+
+Only that the harness works is tested: nothing here depends on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = ("summarize_vs_pickle_load", "load_snapshot_vs_pickle_load", "summarize_scale", "cell_overhead",
+        "first_cell", "dump_vs_pickle_dump", "session_memory", "snapshot_size_reset",
+        "snapshot_size_cumulative", "dashboard_refresh", "dashboard_first_render")
+
+
+def test_quick_run_reports_every_row(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--out-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["quick"] is True and summary["crashed"] == []
+    assert {"cpu_count", "python", "torch", "numpy", "date"} <= set(summary["machine"])
+    for name in ROWS:
+        row = summary["rows"][name]
+        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), (name, row)
+        assert row["passed"] in (True, False, None)
+    assert all(name in proc.stdout for name in ROWS)  # the table was printed
+    per_benchmark = {p.stem for p in tmp_path.glob("*.json")} - {"summary"}
+    rows_in_files = {r["name"] for p in tmp_path.glob("*.json") if p.stem != "summary"
+                     for r in json.loads(p.read_text())["rows"]}
+    assert per_benchmark and rows_in_files == set(ROWS)
