@@ -68,7 +68,8 @@ class MemsnapMagics(Magics):
             opts["step"] = session().next_step()
         code = CellCode(self.shell, f"%%memsnap {line}".rstrip(), cell)
         recorder = Recorder(**opts, namespace=self.shell.user_ns, report=_print_report)
-        self._start(recorder)
+        if not self._start(recorder):
+            return code.run()
         error: BaseException | None = None
         try:
             return code.run()
@@ -105,13 +106,22 @@ class MemsnapMagics(Magics):
               f"ranks {', '.join(map(str, ranks))}")
 
     @staticmethod
-    def _start(recorder: Any) -> None:
+    def _start(recorder: Any) -> bool:
+        """Start recording: False (with one warning) when it fails unexpectedly, so the cell
+        still runs as it would without us; a device that cannot record is a UsageError."""
         from .backends import BackendError
 
         try:
             recorder.start()
         except BackendError as e:
             raise UsageError(f"%%memsnap: {e}") from None
+        except Exception as e:
+            import warnings
+
+            warnings.warn(f"memsnap: could not start recording ({type(e).__name__}: {e}); "
+                          "the cell runs unrecorded", RuntimeWarning, stacklevel=2)
+            return False
+        return True
 
     def _line(self, line: str) -> None:
         from .backends import stop_all

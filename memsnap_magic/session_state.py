@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -86,8 +87,13 @@ class Session:
         self._listeners = [ref for ref in self._listeners if ref() is not None]
         for ref in list(self._listeners):
             listener = ref()
-            if listener is not None:
+            if listener is None:
+                continue
+            try:
                 listener(self)
+            except Exception as e:  # a dashboard that fails to redraw must not fail a cell
+                warnings.warn(f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}",
+                              RuntimeWarning, stacklevel=2)
         return interval
 
     def subscribe(self, listener: Callable[["Session"], None]) -> None:

@@ -116,3 +116,37 @@ def test_a_running_torch_profiler_is_left_alone(shell):
     assert isinstance(res.error_in_exec, UsageError) and "torch.profiler is already running" in str(res.error_in_exec)
     assert "ran" not in shell.user_ns
     assert any(e.name == "aten::sum" for e in prof.events())  # the user's profile is intact
+
+
+def test_recording_that_fails_to_start_leaves_the_cell_running(shell, monkeypatch):
+    from memsnap_magic.backends.cpu import CpuBackend
+
+    def broken(self, **kwargs):
+        raise RuntimeError("kineto is unhappy")
+
+    monkeypatch.setattr(CpuBackend, "begin", broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell("%%memsnap device=cpu\nvalue = 6 * 7\nvalue")
+    assert res.success and res.result == 42
+    assert any("kineto is unhappy" in str(w.message) and "unrecorded" in str(w.message) for w in caught)
+    assert session().intervals == []
+
+
+def test_a_dashboard_that_fails_to_redraw_does_not_fail_the_cell(shell, monkeypatch):
+    import memsnap_magic
+    from memsnap_magic import widget
+
+    dash = memsnap_magic.dashboard()
+
+    def broken(*args, **kwargs):
+        raise ValueError("no fonts today")
+
+    monkeypatch.setattr(widget.plots, "overview_figure", broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell("%%memsnap device=cpu\nv = 1\nraise KeyError('mine')")
+    assert isinstance(res.error_in_exec, KeyError)  # the user's own exception, not ours
+    assert any("no fonts today" in str(w.message) for w in caught)
+    assert len(session().intervals) == 1
+    dash.close()
