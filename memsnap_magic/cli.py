@@ -50,11 +50,13 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from .plots import overview_figure, png
+    from .plots import overview_figure, png, ranks_figure
 
     s = _session(args.paths)
+    several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
+    fig = ranks_figure(s.intervals) if several else overview_figure(s.intervals, view=args.view)
     with open(args.output, "wb") as f:
-        f.write(png(overview_figure(s.intervals, view=args.view)))
+        f.write(png(fig))
     print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
 
 

@@ -49,10 +49,18 @@ def test_summarize_table_and_files_in_given_order(verl_folder, tmp_path, capsys)
     assert "step" in out and "100 B" in out and "a.pickle" in out
 
 
-def test_plot_writes_a_png(verl_folder, tmp_path):
+def test_plot_writes_a_png(verl_folder, tmp_path, monkeypatch):
+    from memsnap_magic import plots
+
+    drawn = []
+    for name in ("overview_figure", "ranks_figure"):
+        real = getattr(plots, name)
+        monkeypatch.setattr(plots, name, lambda *a, _real=real, _name=name, **k: drawn.append(_name) or _real(*a, **k))
     out = tmp_path / "overview.png"
-    assert main(["plot", str(verl_folder), "-o", str(out)]) == 0
+    assert main(["plot", str(verl_folder), "-o", str(out)]) == 0  # two ranks: the ranks view
     assert out.read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(verl_folder / "step5" / "torch_memory_rank0_pid40.pickle"), "-o", str(out)]) == 0
+    assert drawn == ["ranks_figure", "overview_figure"]
 
 
 def test_diff_names_the_site_that_grew(verl_folder, capsys):
