@@ -69,6 +69,9 @@ except ImportError:  # not installed: run from a checkout
 
 import torch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers
+from common import make_shell  # noqa: E402
+
 MiB = 1 << 20
 FIXTURE_LIMIT = 2_000_000          # bytes: "<= 2 MB" under either reading of MB
 OOM_NUMEL = int(1e15)              # 4 PB of float32: refused at once by any allocator
@@ -152,21 +155,6 @@ class State:
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-def make_shell(work_dir: Path) -> Any:
-    """A fresh in-process IPython shell, history off, cwd ``work_dir``, memsnap_magic loaded."""
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-    os.chdir(work_dir)
-    InteractiveShell.clear_instance()
-    cfg = Config()
-    cfg.HistoryAccessor.enabled = False
-    shell = InteractiveShell.instance(config=cfg)
-    shell.run_line_magic("load_ext", "memsnap_magic")
-    return shell
 
 
 def run_cell(state: State, code: str) -> tuple[Any, list[str]]:

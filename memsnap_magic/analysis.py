@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+
 @dataclass(frozen=True)
 class Summary:
     """One device's interval figures, in requested bytes, plus the arrays a plot needs."""
@@ -148,8 +149,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
                               [end_blocks[i] for i in np.flatnonzero(untouched).tolist()]))
 
 
-def alive_at(snap: dict[str, Any], summary: Summary, index: int | None = None,
-             top: int = 10) -> list[dict[str, Any]]:
+def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[dict[str, Any]]:
     """The largest blocks allocated after replayed event ``index`` (default: the peak).
 
     Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
@@ -181,6 +181,21 @@ def alive_at(snap: dict[str, Any], summary: Summary, index: int | None = None,
                "frames": list(kept_blocks[i].get("frames", []))} for i in kept.tolist()]
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
     return items[:top] if top else items
+
+
+def _is_cell_frame(frame: dict[str, Any]) -> bool:
+    name = str(frame.get("filename", ""))
+    return name.startswith("<ipython-input-") or "/ipykernel_" in name
+
+
+def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
+    """A few readable frames, the notebook's own cells first."""
+    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
+    lines = []
+    for f in ordered[:limit]:
+        where = "notebook cell" if _is_cell_frame(f) else f.get("filename", "?")
+        lines.append(f"{f.get('name', '?')} ({where}:{f.get('line', '?')})")
+    return lines
 
 
 def decimate_index(y: np.ndarray, points: int = 2000) -> np.ndarray:

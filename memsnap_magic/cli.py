@@ -61,7 +61,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
 
 def _site(block: dict[str, Any]) -> str:
-    from .widget import frame_lines
+    from .analysis import frame_lines
 
     lines = frame_lines(block.get("frames", []), limit=1)
     if lines:
@@ -86,7 +86,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
         snap = load_snapshot(path)
         summary = summarize(snap)
         figures.append(summary)
-        sites.append(site_bytes(alive_at(snap, summary, top=0)))
+        sites.append(site_bytes(alive_at(summary, top=0)))
     a, b = figures
     print(f"A: {args.a}\nB: {args.b}")
     for name in ("baseline_allocated", "peak_allocated", "peak_increase", "end_allocated"):

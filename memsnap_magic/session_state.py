@@ -6,10 +6,10 @@ not hold hundreds of MB of traces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from pathlib import Path
 import warnings
 import weakref
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Callable
 
 from .units import fmt_bytes
@@ -85,7 +85,7 @@ class Session:
             self.intervals.append(interval)
         self._update_cumulative()
         self._listeners = [ref for ref in self._listeners if ref() is not None]
-        for ref in list(self._listeners):
+        for ref in list(self._listeners):  # a listener may subscribe others
             listener = ref()
             if listener is None:
                 continue
@@ -166,7 +166,7 @@ def interval_from_snapshot(snap: dict[str, Any], trace_index: int | None = None,
                     peak_allocated=summary.peak_allocated, end_allocated=summary.end_allocated,
                     trace_entries=summary.trace_entries,
                     overflowed=max_entries is not None and summary.trace_entries >= max_entries,
-                    top_blocks=alive_at(snap, summary), time_us=t, allocated=y, **fields)
+                    top_blocks=alive_at(summary), time_us=t, allocated=y, **fields)
 
 
 def describe(iv: Interval, previous: Interval | None) -> str:

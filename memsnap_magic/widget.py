@@ -15,26 +15,12 @@ from typing import Any
 import ipywidgets as w
 
 from . import plots
+from .analysis import frame_lines
 from .session_state import Interval, Session, session as current_session
 from .units import fmt_bytes
 
 ALL_RANKS = "all"
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
-
-
-def _is_cell_frame(frame: dict[str, Any]) -> bool:
-    name = str(frame.get("filename", ""))
-    return name.startswith("<ipython-input-") or "/ipykernel_" in name
-
-
-def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
-    """A few readable frames, the notebook's own cells first."""
-    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    lines = []
-    for f in ordered[:limit]:
-        where = "notebook cell" if _is_cell_frame(f) else f.get("filename", "?")
-        lines.append(f"{f.get('name', '?')} ({where}:{f.get('line', '?')})")
-    return lines
 
 
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:

@@ -163,7 +163,7 @@ def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
 
     s = summarize(snap)
     at = min(at, len(s.allocated) - 1)
-    alive = alive_at(snap, s, index=at, top=0)
+    alive = alive_at(s, index=at, top=0)
     expected = s.allocated[at] if at >= 0 else s.baseline_allocated
     assert sum(b["size"] for b in alive) == expected
 
@@ -175,7 +175,7 @@ def test_alive_at_peak_names_frames_and_origin():
     trace = [dict(alloc(0x10, 300)[0], frames=frames)] + alloc(0x20, 100) + free(0x10, 300) + free(0xA, 50)
     snap = snapshot(trace, {0x20: 100, 0xB: 1000})
     s = summarize(snap)
-    got = alive_at(snap, s)
+    got = alive_at(s)
     assert [(b["size"], b["before"]) for b in got] == [(1000, True), (300, False), (100, False), (50, True)]
     assert got[1]["frames"] == frames and got[2]["frames"] == []
 
