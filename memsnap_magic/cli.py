@@ -95,7 +95,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
     print(f"  {'trace_entries':<20} {a.trace_entries:>12,} -> {b.trace_entries:>12,}")
     growth = {k: sites[1].get(k, 0) - sites[0].get(k, 0) for k in set(sites[0]) | set(sites[1])}
     ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[:args.top]
-    print(f"\nallocation sites whose bytes alive at the peak changed most (B - A):")
+    print("\nallocation sites whose bytes alive at the peak changed most (B - A):")
     if not ranked:
         print("  (none)")
     for site, delta in ranked:

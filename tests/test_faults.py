@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -13,7 +12,6 @@ import time
 import warnings
 from pathlib import Path
 
-import pytest
 
 from memsnap_magic import load_snapshot, session
 from memsnap_magic.backends import recording_devices
