@@ -4,7 +4,8 @@
 interval built from a 200k-entry snapshot, which redraws the overview and the new step's detail
 in place. Timed is the ``add`` alone (the interval is built beforehand, as the recorder builds it
 before adding). Target <= 0.3 s; the figure is absolute seconds, and its ratio to the target.
-(b) ``Dashboard(session)`` construction + first render with 500 intervals; target <= 1 s.
+(b) ``Dashboard(session)`` construction, first render and the display bundle with 500 intervals;
+target <= 1 s.
 Both are absolute: the target is a latency a person notices, not a ratio to another tool. Medians
 over repeats; each repeat of (a) adds a new step, like a new cell would.
 """
@@ -52,13 +53,18 @@ def run(ctx: Context) -> list[Row]:
     renders = []
     for _ in range(ctx.pick(5, 2)):
         holder: list[Dashboard] = []
-        renders.append(timed(lambda: holder.append(Dashboard(many))))
+
+        def show() -> None:  # what display() asks of it: the widget view plus the PNG and text fallbacks
+            holder.append(Dashboard(many))
+            holder[0]._repr_mimebundle_()
+
+        renders.append(timed(show))
         holder[0].close()
     a, b = statistics.median(refresh), statistics.median(renders)
     return [Row("dashboard_refresh", f"dashboard refresh on add, {entries:,}-entry step",
                 "target 0.3 s", a, "s", "<= 0.3 s", a <= 0.3,
                 {"times_s": refresh, "entries": entries, "intervals_before": 5, "ratio_to_target": a / 0.3},
                 note=f"{a / 0.3:.2g}x target"),
-            Row("dashboard_first_render", "Dashboard() + first render, 500 steps",
+            Row("dashboard_first_render", "Dashboard() + first render + display bundle, 500 steps",
                 "target 1 s", b, "s", "<= 1 s", b <= 1.0,
                 {"times_s": renders, "intervals": 500, "ratio_to_target": b}, note=f"{b:.2g}x target")]

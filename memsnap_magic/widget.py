@@ -64,7 +64,8 @@ class Dashboard:
         self.session = session if session is not None else current_session()
         labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
-                                    description="view", style=dict(labels, button_width="110px"))
+                                    description="view", style=dict(labels, button_width="110px"),
+                                    layout=w.Layout(display="flex", align_items="center"))  # label beside, not above
         self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"),
                                 style={"description_width": "initial"})
         self.step = w.Dropdown(description="step", style=labels)
@@ -82,6 +83,7 @@ class Dashboard:
             image.layout = w.Layout(max_width="100%", height="auto", margin="6px 0")
         self.overview_fig: Any = None
         self.detail_fig: Any = None
+        self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
         self._overview_png = b""
         self._updating = False
         self.view.observe(lambda _: self._draw_overview(), "value")
@@ -144,12 +146,14 @@ class Dashboard:
         header = f"<b>memsnap</b> · {n} step{'s' * (n != 1)}"
         if self.group.value == ALL_RANKS:
             header += f" · {len(self.groups())} ranks/devices"
-            self.overview_fig = plots.ranks_figure(self.session.intervals, selected=self.step.value)
+            self.overview_fig = self._figs["ranks"] = plots.ranks_figure(
+                self.session.intervals, selected=self.step.value, fig=self._figs.get("ranks"))
         else:
             worst = max(ivs, key=lambda iv: iv.kept, default=None)
             if worst is not None and worst.kept > 0:
                 header += f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
-            self.overview_fig = plots.overview_figure(ivs, view=self.view.value, selected=self.step.value)
+            self.overview_fig = self._figs["overview"] = plots.overview_figure(
+                ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview"))
         self.header.value = header
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
@@ -168,7 +172,7 @@ class Dashboard:
         self.error.value = (f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
                             f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error)}</b>"
                             f" — the snapshot shows memory up to the failure</div>" if iv.error else "")
-        self.detail_fig = plots.detail_figure(iv)
+        self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
         self.detail.value = plots.png(self.detail_fig)
         self.blocks.value = blocks_table(iv)
         self._draw_overview()  # the selected step is outlined there
