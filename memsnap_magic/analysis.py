@@ -110,6 +110,14 @@ def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarr
     return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks
 
 
+def _sorted_contains(sorted_values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``np.isin(query, sorted_values)`` for an ascending ``sorted_values``, without sorting again."""
+    if not len(sorted_values):
+        return np.zeros(len(query), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_values, query), len(sorted_values) - 1)
+    return sorted_values[pos] == query
+
+
 def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     """Baseline, peak and end of one device's trace window (``device=None``: the one with entries)."""
     if device is None:
@@ -129,10 +137,10 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     last[:-1] = a_sorted[1:] != a_sorted[:-1]
     first_idx, last_idx = order[first], order[last]
     freed_before = int(size[first_idx][sign[first_idx] < 0].sum())
-    live_from_trace = addr[last_idx][sign[last_idx] > 0]
+    live_from_trace = addr[last_idx][sign[last_idx] > 0]  # ascending: last_idx follows the sort
 
     end_addr, end_size, end_blocks = _end_blocks(snap, device)
-    untouched = ~np.isin(end_addr, live_from_trace)
+    untouched = ~_sorted_contains(live_from_trace, end_addr)
     baseline = freed_before + int(end_size[untouched].sum())
 
     allocated = baseline + np.cumsum(delta)

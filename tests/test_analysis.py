@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsnap_magic.analysis import decimate, pick_device, summarize
+from memsnap_magic.analysis import _sorted_contains, decimate, pick_device, summarize
 from snapshots import alloc, entry, free, reference, snapshot
 
 MiB = 1 << 20
@@ -98,6 +98,13 @@ def windows(draw):
 def test_summary_equals_brute_force_reference(snap):
     s = summarize(snap)
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.lists(st.integers(0, 2**64 - 1), max_size=40))
+def test_sorted_contains_equals_isin(values, query):
+    values = np.unique(np.asarray(values, dtype=np.uint64))  # ascending, as summarize passes it
+    query = np.asarray(query + values[::3].tolist(), dtype=np.uint64)  # some hits, some misses
+    assert _sorted_contains(values, query).tolist() == np.isin(query, values).tolist()
 
 
 @st.composite
