@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import matplotlib as mpl
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -45,6 +46,8 @@ def test_overview_drawn_again_equals_a_fresh_figure(view):
     fresh = plots.overview_figure(SMALL, view=view, selected=0)
     plots.png(fresh)
     assert drawn(again) == drawn(fresh)  # nothing of the big steps is left: limits shrank too
+    for fig in (again, fresh):  # the artists, drawn the stock way (the text cache is tested below)
+        FigureCanvasAgg(fig)
     assert np.array_equal(pixels(again), pixels(fresh))
 
 
@@ -68,37 +71,116 @@ def test_a_figure_of_another_kind_is_not_reused():
     assert over is not fig and len(over.axes) == 3 and len(fig.axes) == 1
 
 
-def text_figure(canvas_class) -> Figure:
-    fig = Figure(figsize=(4, 2), dpi=80)
+def text_scene(canvas_class, dpi: int = 80) -> tuple[Figure, list]:
+    """Texts that differ only in what the cache must key on: colour, alpha, font, shaping, clipping."""
+    fig = Figure(figsize=(6, 4), dpi=dpi)
     canvas_class(fig)
-    fig.text(0.05, 0.7, "peak 12.5 MiB ▼ gypsy", fontsize=12, color="#d1495b")
-    fig.text(0.05, 0.3, "step 7", fontsize=9)
-    fig.text(0.6, 0.3, "rotated", rotation=30)  # drawn the normal way
-    return fig
+    ax = fig.add_axes([0.45, 0.1, 0.5, 0.5])
+    texts = [fig.text(0.02, 0.92, "peak 12.5 MiB ▼ gypsy", fontsize=12, color="#d1495b"),
+             fig.text(0.02, 0.82, "peak 12.5 MiB ▼ gypsy", fontsize=12, color="#3b6fb6"),
+             fig.text(0.02, 0.72, "peak 12.5 MiB ▼ gypsy", fontsize=12, color="#3b6fb6", alpha=0.3),
+             fig.text(0.02, 0.62, "peak 12.5 MiB ▼ gypsy", fontsize=9),
+             fig.text(0.25, 0.40, "fff", fontsize=60, style="italic"),  # overhangs its box
+             fig.text(0.02, 0.10, "office fifi", fontsize=14),
+             fig.text(0.02, 0.20, "office fifi", fontsize=14, fontfeatures=["-liga"]),
+             ax.text(0.1, 0.5, "clipped text", fontsize=12, clip_on=True),
+             ax.text(0.1, 0.2, "only ever clipped", fontsize=12, clip_on=True),
+             fig.text(0.5, 0.8, "clipped text", fontsize=12),
+             fig.text(0.5, 0.7, "boxed", fontsize=11, bbox={"facecolor": "yellow"}),
+             fig.text(0.8, 0.8, "rotated", rotation=30)]
+    return fig, texts
 
 
-def test_cached_text_lands_where_matplotlib_draws_it():
-    plain, cached = pixels(text_figure(FigureCanvasAgg)), text_figure(canvas.TextCacheCanvas)
-    first = pixels(cached)
-    assert np.array_equal(first, pixels(cached))  # the second draw pastes the same pixels
+def ink(fig: Figure, texts: list, image: np.ndarray) -> np.ndarray:
+    """Per text and colour channel, the ink in its box: kept when glyphs move by a sub-pixel."""
+    renderer, height = fig.canvas.get_renderer(), image.shape[0]
+    out = []
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        rows = slice(max(height - int(np.ceil(box.y1)) - 2, 0), height - int(box.y0) + 2)
+        cols = slice(max(int(box.x0) - 2, 0), int(np.ceil(box.x1)) + 2)
+        out.append((255 - image[rows, cols]).reshape(-1, 3).sum(0))
+    return np.array(out)
+
+
+def assert_same_text(cached: tuple[Figure, list], stock: tuple[Figure, list], image: np.ndarray) -> None:
+    expected = ink(*stock, pixels(stock[0]))
+    got = ink(*cached, image)
+    assert (expected > 0).any(axis=1).all()
+    # pasted pixels are whole-pixel snapped: ink within 1%, colour for colour (wrong pixels: far more)
+    assert np.abs(got - expected).max(axis=1).tolist() <= (0.01 * expected.max(axis=1)).tolist()
+
+
+# One or two texts per figure, anchored on whole pixels (480 x 160 px): there the pasted pixels must
+# be exactly matplotlib's. Pairs differ only in something the cache must key on.
+WHOLE_PIXEL_CASES = {
+    "plain": lambda f: f.text(0.05, 0.5, "peak 12.5 MiB", fontsize=12),
+    "colour": lambda f: (f.text(0.05, 0.25, "peak", color="#d1495b"), f.text(0.05, 0.75, "peak", color="#3b6fb6")),
+    "alpha": lambda f: (f.text(0.05, 0.25, "peak", alpha=0.3), f.text(0.05, 0.75, "peak")),
+    "size": lambda f: (f.text(0.05, 0.25, "peak", fontsize=9), f.text(0.05, 0.75, "peak", fontsize=12)),
+    "shaping": lambda f: (f.text(0.05, 0.75, "office fifi", fontsize=30),
+                          f.text(0.05, 0.25, "office fifi", fontsize=30, fontfeatures=["-liga"])),
+    "overhang": lambda f: f.text(0.3, 0.4, "fff", fontsize=60, style="italic"),
+    "negative bearing": lambda f: f.text(0.3, 0.4, "jjj", fontsize=60),
+    "clipped": lambda f: f.add_axes([0, 0, 1, 1]).text(0.3, 0.5, "clipped text", fontsize=12, clip_on=True),
+    "clipped away": lambda f: f.add_axes([0.5, 0, 0.5, 1], frame_on=False, xticks=[], yticks=[]).text(
+        -0.2, 0.5, "half clipped", clip_on=True),
+    "background box": lambda f: f.text(0.05, 0.5, "boxed", fontsize=12, bbox={"facecolor": "yellow", "alpha": 0.5}),
+    "rotated": lambda f: f.text(0.3, 0.3, "rotated", fontsize=12, rotation=30),
+}
+
+
+@pytest.mark.parametrize("case", WHOLE_PIXEL_CASES)
+def test_cached_text_is_matplotlibs_at_whole_pixels(case):
+    images = {}
+    for canvas_class in (FigureCanvasAgg, canvas.TextCacheCanvas):
+        fig = Figure(figsize=(6, 2), dpi=80)
+        canvas_class(fig)
+        WHOLE_PIXEL_CASES[case](fig)
+        images[canvas_class] = [pixels(fig) for _ in range(3)]  # drawn normally, rasterised, pasted
+    stock, cached = images[FigureCanvasAgg][0], images[canvas.TextCacheCanvas]
+    assert (stock < 255).any()
+    for image in cached:
+        assert np.array_equal(image, stock)
+
+
+def test_cached_text_draws_what_matplotlib_draws():
+    stock = text_scene(FigureCanvasAgg)  # anchors between pixels: cached text is snapped to whole ones
+    cached = text_scene(canvas.TextCacheCanvas)
+    for _ in range(3):
+        third = pixels(cached[0])
+        assert_same_text(cached, stock, third)
+    assert np.array_equal(pixels(cached[0]), third)
+    assert cached[0].canvas.text_cache.nbytes > 0
 
     def gap(dy: int, dx: int) -> float:
-        return float(np.abs(plain - np.roll(first, (dy, dx), (0, 1))).mean())
+        return float(np.abs(pixels(stock[0]) - np.roll(third, (dy, dx), (0, 1))).mean())
 
-    ink = float(np.abs(plain - 255).mean())  # how far a blank figure would be from the plain one
-    assert gap(0, 0) < 0.15 * ink  # same glyphs, within sub-pixel placement
     assert gap(0, 0) < min(gap(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)  # not shifted
-    assert np.abs(plain - np.flipud(first)).mean() > 0.5 * ink  # and not upside down
 
 
-def test_text_cache_keys_on_the_font_and_stays_bounded(monkeypatch):
-    monkeypatch.setattr(canvas, "_MAX_TEXTS", 8)
-    fig = text_figure(canvas.TextCacheCanvas)
-    pixels(fig)
-    label = fig.texts[1]
-    label.set_fontsize(20)  # another font: drawn afresh, not the cached 9-point pixels
-    assert not np.array_equal(pixels(fig), pixels(text_figure(canvas.TextCacheCanvas)))
+def test_cached_text_follows_dpi_and_rc_changes():
+    cached = text_scene(canvas.TextCacheCanvas)
+    for _ in range(3):
+        pixels(cached[0])
+    for dpi in (160, 80):  # savefig at another dpi draws through another renderer, same cache
+        cached[0].set_dpi(dpi)
+        for _ in range(2):
+            image = pixels(cached[0])
+        assert_same_text(cached, text_scene(FigureCanvasAgg, dpi), image)
+    with mpl.rc_context({"font.sans-serif": ["DejaVu Serif"]}):  # same FontProperties, another font
+        image = pixels(cached[0])
+        assert_same_text(cached, text_scene(FigureCanvasAgg), image)
+
+
+def test_text_cache_stays_bounded(monkeypatch):
+    monkeypatch.setattr(canvas, "_MAX_KEYS", 8)
+    fig, texts = text_scene(canvas.TextCacheCanvas)
     for n in range(30):
-        label.set_text(f"step {n}")
+        texts[3].set_text(f"step {n // 2}")  # each label twice: cached on its second draw
         pixels(fig)
-    assert len(fig.canvas._texts) <= 8
+        assert len(fig.canvas.text_cache.entries) <= 8
+    monkeypatch.setattr(canvas, "_MAX_BYTES", 20_000)
+    for _ in range(3):
+        pixels(fig)
+        assert fig.canvas.text_cache.nbytes <= 20_000
