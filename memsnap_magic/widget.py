@@ -64,8 +64,8 @@ class Dashboard:
         self.session = session if session is not None else current_session()
         labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
-                                    description="view", style=dict(labels, button_width="110px"),
-                                    layout=w.Layout(display="flex", align_items="center"))  # label beside, not above
+                                    description="view", style=dict(labels, button_width="110px"))
+        self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
         self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"),
                                 style={"description_width": "initial"})
         self.step = w.Dropdown(description="step", style=labels)
