@@ -59,14 +59,14 @@ class TextCacheRenderer(RendererAgg):
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
         key = self._key(gc, s, prop, mtext)
         hit = self._cache.entries.get(key)
-        if hit is None:  # first sight: drawn as usual, remembered
-            self._cache.put(key, _SEEN)
-            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-        if hit is _SEEN:
+        if hit is _SEEN:  # second sight: rasterised once (None when too large to keep)
             hit = self._rasterise(gc, s, prop, mtext)
-            if hit is None:
-                return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-            self._cache.put(key, hit, hit[0].nbytes)
+            if hit is not None:
+                self._cache.put(key, hit, hit[0].nbytes)
+        elif hit is None:  # first sight: remembered, drawn as usual
+            self._cache.put(key, _SEEN)
+        if hit is None:
+            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
         pixels, pad, baseline = hit
         bottom = self.height - (round(y) - baseline) - pixels.shape[0]
         self._renderer.draw_image(gc, round(x) - pad, bottom, pixels)
