@@ -97,7 +97,8 @@ OPTIONS: dict[str, Option] = {
                    "Re-running a step replaces its interval and file.", "step=5"),
     "steps": Option(_steps, None, "comma-separated integers",
                     "Dump only these steps of a loop inside the cell; call mark(step) at each "
-                    "step's start. Each file holds only its own step.", "steps=1,5,10"),
+                    "step's start. Each file holds only its own step (so not with clear=false).",
+                    "steps=1,5,10"),
     "out": Option(_out, DEFAULT_OUT, "a folder",
                   "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle "
                   "(verl's layout). Relative to the current directory.", "out=runs/memory"),
@@ -129,6 +130,10 @@ def parse(line: str, defaults: dict[str, Any] | None = None,
     values = {key: opt.default for key, opt in OPTIONS.items()}
     values.update(defaults or {})
     values.update(parse_given(line, prog))
+    if values["steps"] is not None and not values["clear"]:
+        raise OptionError(f"{prog}: steps= starts every listed step from a fresh history, so it "
+                          "cannot take clear=false; use step= cells with clear=false for the "
+                          "cumulative behaviour")
     return values
 
 

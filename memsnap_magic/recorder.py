@@ -105,9 +105,9 @@ class Recorder:
         """Take, write and summarise the snapshot of the current interval; stop recording."""
         if self in _active:
             _active.remove(self)
-        keep = not self.options["clear"] and self.steps is None
+        keep = not self.options["clear"]
         if self._current is not None:
-            self._finish(self._current, error, keep=keep)
+            self._finish(self._current, error, keep=keep, cleared=not keep)
             self._current = None
         if not keep and self._backend is not None and self._backend.recording:
             self._quietly(self._backend.end, keep=False)
@@ -122,8 +122,8 @@ class Recorder:
     def _mark(self, step: int) -> None:
         assert self.steps is not None
         listed = step in self.steps
-        if self._current is not None:
-            self._finish(self._current, None, keep=listed)
+        if self._current is not None:  # on for a listed step: its begin(fresh=True) clears
+            self._finish(self._current, None, keep=listed, cleared=True)
             self._current = None
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
             self._quietly(self._backend.begin, fresh=True, namespace=self.namespace)
@@ -137,7 +137,9 @@ class Recorder:
                           f"{self._backend.device}: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
             return None
 
-    def _finish(self, step: int, error: BaseException | None, keep: bool) -> None:
+    def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
+        """``keep``: leave recording on after the dump; ``cleared``: whether the history this
+        snapshot holds is cleared before the next one (False only for ``clear=false``)."""
         from .snapshot import dump_snapshot
 
         backend, opts = self._backend, self.options
@@ -150,7 +152,7 @@ class Recorder:
         error_name = type(error).__name__ if error is not None else None
         snap["memsnap"] = {"step": step, "rank": self._rank, "device": backend.device,
                            "tag": opts["tag"], "pid": os.getpid(), "end_us": end_us,
-                           "error": error_name, "clear": not keep,
+                           "error": error_name, "clear": cleared,
                            "allocator_peak_allocated": allocator_peak}
         path: Path | None = snapshot_path(opts["out"], step, opts["tag"], self._rank)
         file_bytes = None
@@ -167,7 +169,7 @@ class Recorder:
         iv = self._quietly(interval_from_snapshot, snap, backend.trace_index,
                            max_entries=opts["max_entries"], step=step, rank=self._rank,
                            device=backend.device, path=path, error=error_name,
-                           allocator_peak_allocated=allocator_peak, clear=not keep, tag=opts["tag"],
+                           allocator_peak_allocated=allocator_peak, clear=cleared, tag=opts["tag"],
                            file_bytes=file_bytes,
                            context="none" if backend.device == "cpu" else opts["context"])
         if iv is None:

@@ -171,6 +171,28 @@ def test_steps_with_mark_dump_only_the_listed_steps(torch_ns):
     assert sorted(p.name for p in Path("memsnap").iterdir()) == ["step1", "step3"]
 
 
+def test_marked_steps_are_cleared_intervals_in_the_cumulative_count(torch_ns):
+    # Each listed step starts a fresh history, so its file holds only its own entries and a
+    # never-cleared recording would hold the running sum (a GPU run showed 1,957 -> 1,959 here).
+    sh = torch_ns
+    run(sh, "%%memsnap steps=1,2,3\n"
+            "for step in range(1, 4):\n"
+            "    mark(step)\n"
+            "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n")
+    ivs = session().intervals
+    assert [i.clear for i in ivs] == [True, True, True]
+    assert [load_snapshot(i.path)["memsnap"]["clear"] for i in ivs] == [True, True, True]
+    entries = [i.trace_entries for i in ivs]
+    assert [i.cumulative_trace_entries for i in ivs] == [sum(entries[:n + 1]) for n in range(3)]
+
+
+def test_steps_with_clear_false_is_a_usage_error(torch_ns):
+    res = torch_ns.run_cell("%%memsnap steps=1,2 clear=false\nran = True")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert "clear=false" in str(res.error_in_exec) and "steps=" in str(res.error_in_exec)
+    assert "ran" not in torch_ns.user_ns
+
+
 def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     sh = torch_ns
     Path("blocked").write_text("a file where a folder should be")
