@@ -20,7 +20,7 @@ from typing import Any, NoReturn, Sequence
 from .snapshot import SnapshotError
 from .units import fmt_bytes
 
-_RECORD_KEYS = ("step", "rank", "device", "path", "baseline_allocated", "peak_allocated",
+_RECORD_KEYS = ("step", "rank", "device", "tag", "path", "baseline_allocated", "peak_allocated",
                 "peak_increase", "kept", "end_allocated", "trace_entries", "error")
 
 

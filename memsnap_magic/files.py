@@ -1,6 +1,6 @@
 """Existing dumps: find them, name their step and rank, read them into intervals.
 
-Step and rank come from our own metadata when a file has it, else from verl's layout
+Step, rank and tag come from our own metadata when a file has it, else from verl's layout
 (``.../step<N>/<tag>_rank<R>_pid<P>.pickle``), else from the order the files were given.
 Used by ``%memsnap load`` and the ``memsnap`` command line.
 """
@@ -18,6 +18,7 @@ from .snapshot import SnapshotError, load_snapshot
 _SUFFIXES = (".pickle", ".pkl")
 _STEP = re.compile(r"^step(\d+)$")
 _RANK = re.compile(r"rank(\d+)")
+_TAG = re.compile(r"^(.+)_rank\d+")
 
 
 def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -61,9 +62,13 @@ def read_interval(path: Path, position: int) -> Interval:
     index = pick_device(snap)
     device = meta.get("device") if isinstance(meta.get("device"), str) else f"device:{index}"
     error = meta.get("error") if isinstance(meta.get("error"), str) else None
+    tag = meta.get("tag")
+    if not isinstance(tag, str):
+        tag_name = _TAG.match(path.name)
+        tag = tag_name.group(1) if tag_name else "torch_memory"
     try:
         return interval_from_snapshot(snap, index, step=step, rank=rank, device=device, path=path,
-                                      error=error, clear=meta.get("clear") is not False,
+                                      error=error, tag=tag, clear=meta.get("clear") is not False,
                                       file_bytes=path.stat().st_size,
                                       allocator_peak_allocated=_int(meta.get("allocator_peak_allocated")))
     except (KeyError, TypeError, ValueError, OverflowError) as e:

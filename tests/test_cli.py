@@ -41,6 +41,16 @@ def test_summarize_json_takes_step_and_rank_from_the_layout(verl_folder, capsys)
     assert all(isinstance(r[k], int) for k in ("baseline_allocated", "peak_allocated", "trace_entries"))
 
 
+def test_tag_comes_from_the_metadata_else_the_file_name(tmp_path, capsys):
+    named = tmp_path / "step3" / "optimizer_rank2_pid7.pickle"
+    dump_snapshot(snapshot(alloc(1, 100), {1: 100}), named)
+    tagged = tmp_path / "renamed.pickle"
+    dump_snapshot(dict(snapshot(alloc(1, 100), {1: 100}), memsnap={"step": 4, "tag": "oom"}), tagged)
+    assert main(["summarize", str(named), str(tagged), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["rank"], r["tag"]) for r in records] == [(3, 2, "optimizer"), (4, 0, "oom")]
+
+
 def test_summarize_table_and_files_in_given_order(verl_folder, tmp_path, capsys):
     a = tmp_path / "a.pickle"
     a.write_bytes(pickle.dumps(snapshot(alloc(1, 100), {1: 100}), protocol=4))
