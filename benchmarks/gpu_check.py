@@ -28,10 +28,18 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    clears as well), so the route's own clearing is isolated only in the ``steps=`` phases.
 3. ``oom``: a cell that raises ``torch.cuda.OutOfMemoryError``; the error must reach IPython
    unchanged and the step's snapshot must hold an ``oom`` trace entry.
-4. ``fixtures``: two small real snapshots (<= 2 MB) copied to ``<out-dir>/fixtures/``.
-5. ``overhead``: median wall time of a few training steps plain vs under ``%%memsnap
-   stacks=python`` (``overhead_ratio``), and the magic's latency after the cell body vs a bare
-   ``_snapshot()`` + ``pickle.dump(protocol=4)`` (``added_latency_ratio``).
+4. ``fixtures``: two small real snapshots (<= 2 MB) copied to ``<out-dir>/fixtures/``, with the
+   figures the magic derived from them (``tests/test_gpu_fixtures.py`` checks them on the CPU).
+5. ``auto_device``: a cell without ``device=`` must record the accelerator.
+6. ``overhead``: median wall time of a few training steps plain vs under ``%%memsnap
+   stacks=python`` (``overhead_ratio``; the body alone: ``body_overhead_ratio``), and the magic's
+   latency after the cell body vs a bare ``_snapshot()`` + ``pickle.dump(protocol=4)``
+   (``added_latency_ratio``), plus a cProfile of one recorded cell.
+7. ``views``: ``%memsnap list`` and ``%memsnap show`` over this run's intervals.
+8. ``async_allocator``: in a subprocess under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``,
+   the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
+9. ``demo``: ``notebooks/demo.ipynb``'s code cells in a subprocess with ``DEVICE`` set to this
+   device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations.
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -75,6 +83,7 @@ from common import make_shell  # noqa: E402
 MiB = 1 << 20
 FIXTURE_LIMIT = 2_000_000          # bytes: "<= 2 MB" under either reading of MB
 OOM_NUMEL = int(1e15)              # 4 PB of float32: refused at once by any allocator
+OOM_STEP = 50
 FIXTURE_MAX_ENTRIES = (100_000, 2_000, 500, 120)  # tried in order until the file fits
 
 
@@ -105,7 +114,7 @@ class Plan:
 
 
 GPU_PLAN = Plan(device="cuda", d_model=512, nhead=8, ff=2048, batch=16, seq=128,
-                leak_bytes=64 * MiB, gap_s=0.1, repeats=7, bench_steps=3, section_timeout_s=180)
+                leak_bytes=64 * MiB, gap_s=0.1, repeats=15, bench_steps=5, section_timeout_s=150)
 DRY_PLAN = Plan(device="cpu", d_model=32, nhead=4, ff=64, batch=4, seq=16,
                 leak_bytes=1 * MiB, gap_s=0.03, repeats=3, bench_steps=2, section_timeout_s=60)
 
@@ -463,7 +472,7 @@ def section_oom(state: State) -> None:
     from memsnap_magic import load_snapshot
 
     use_route(plan, "default")
-    step = 50
+    step = OOM_STEP
     code = (f"%%memsnap step={step} device=cuda tag=oom\n"
             f"small = torch.empty(1 << 20, device=_dev)\n"
             f"huge = torch.empty({OOM_NUMEL}, device=_dev)\n")
@@ -491,8 +500,135 @@ def section_oom(state: State) -> None:
     }
 
 
-def fixture_step(state: State) -> tuple[Path, int]:
-    """A training-step snapshot under the size limit: the full step if it fits, else a ring."""
+def section_auto_device(state: State) -> None:
+    """A cell with no ``device=``, as a user writes it: it must record the accelerator."""
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    use_route(state.plan, "default")
+    res, notes = run_cell(state, "%%memsnap step=70 tag=auto\nloss = train_step()\nsync()\n")
+    require_success(res, "auto-device cell")
+    iv = interval_for(70, "auto")
+    expected = device_key(state.plan)
+    state.results["auto_device"] = {"device": iv.device, "expected": expected,
+                                    "ok": iv.device == expected and iv.path is not None,
+                                    "trace_entries": int(iv.trace_entries), "warnings": notes}
+
+
+def section_views(state: State) -> None:
+    """``%memsnap list`` and ``show`` over this run's real intervals (ipywidgets, matplotlib)."""
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    shell = state.shell
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        shell.run_line_magic("memsnap", "list")
+    from IPython.core.displaypub import CapturingDisplayPublisher
+
+    plain, shell.display_pub = shell.display_pub, CapturingDisplayPublisher()
+    try:
+        t0 = time.perf_counter()
+        shell.run_line_magic("memsnap", "show")
+        show_s = time.perf_counter() - t0
+    finally:
+        captured, shell.display_pub = shell.display_pub.outputs, plain
+    data = captured[-1]["data"] if captured else {}
+    state.results["views"] = {"list_lines": len(buf.getvalue().splitlines()),
+                              "list_head": buf.getvalue().splitlines()[:4],
+                              "show_mimetypes": sorted(data), "show_s": round(show_s, 3),
+                              "show_text": data.get("text/plain", "")[:2000]}
+
+
+ASYNC_PROBE = """
+import json, torch
+from IPython.core.interactiveshell import InteractiveShell
+sh = InteractiveShell.instance()
+sh.run_line_magic("load_ext", "memsnap_magic")
+torch.empty(1, device="cuda")
+res = sh.run_cell("%%memsnap step=1\\nx = 1\\n")
+err = res.error_before_exec or res.error_in_exec
+print("RESULT " + json.dumps({"allocator": torch.cuda.get_allocator_backend(),
+                             "error_type": type(err).__name__ if err else None,
+                             "message": str(err) if err else None, "cell_ran": "x" in sh.user_ns}))
+"""
+
+
+def section_async_allocator(state: State) -> None:
+    """Under ``backend:cudaMallocAsync`` the magic must refuse with a message naming it."""
+    if state.plan.device != "cuda":
+        state.results["async_allocator"] = {"skipped": True, "reason": "no CUDA device (dry run)"}
+        return
+    import subprocess
+
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", ASYNC_PROBE], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=state.work_dir)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    found = json.loads(line[len("RESULT "):])
+    found["ok"] = (found["allocator"] == "cudaMallocAsync" and found["error_type"] == "UsageError"
+                   and "cudaMallocAsync" in (found["message"] or ""))
+    state.results["async_allocator"] = found
+
+
+DEMO_PROBE = """
+import json, re, sys
+from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+import memsnap_magic
+
+notebook, device = sys.argv[1], sys.argv[2]
+cells = [''.join(c["source"]) for c in json.load(open(notebook))["cells"] if c["cell_type"] == "code"]
+setup = [n for n, c in enumerate(cells) if re.search(r'^DEVICE = ', c, re.M)]
+assert len(setup) == 1, "the demo's setup cell sets DEVICE once"
+cells[setup[0]] = re.sub(r'^DEVICE = .*$', f'DEVICE = {device!r}', cells[setup[0]], count=1, flags=re.M)
+sh = InteractiveShell.instance(display_pub_class=CapturingDisplayPublisher)
+failed = []
+for n, code in enumerate(cells):
+    res = sh.run_cell(code)
+    if not res.success:
+        failed.append([n, repr(res.error_before_exec or res.error_in_exec)])
+print("RESULT " + json.dumps({"cells": len(cells), "failed": failed,
+                             "intervals": memsnap_magic.session().to_records(),
+                             "displayed": [sorted(o["data"]) for o in sh.display_pub.outputs]},
+                            default=str))
+"""
+
+
+def section_demo(state: State) -> None:
+    """notebooks/demo.ipynb's code cells in a fresh process, with ``DEVICE`` set to this device."""
+    import subprocess
+
+    workdir = state.work_dir / "demo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-c", DEMO_PROBE, str(REPO_ROOT / "notebooks" / "demo.ipynb"),
+                           state.plan.device], env=env, capture_output=True, text=True, timeout=150,
+                          cwd=workdir)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"demo failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    found = json.loads(line[len("RESULT "):])
+    by_step = {r["step"]: r for r in found["intervals"]}
+    spike = by_step[2]["peak_allocated"] - by_step[2]["baseline_allocated"]
+    demo = {"cells": found["cells"], "failed": found["failed"],
+            "devices": sorted({r["device"] for r in found["intervals"]}),
+            "steps": [{k: r[k] for k in ("step", "baseline_allocated", "peak_allocated", "kept",
+                                         "trace_entries", "cumulative_trace_entries", "clear")}
+                      for r in found["intervals"]],
+            "step2_rise": spike, "step3_kept": by_step[3]["kept"],
+            "show_displayed": any("application/vnd.jupyter.widget-view+json" in d for d in found["displayed"])}
+    # the demo's story: step 2 spikes by its 64 MiB temporary; step 3 keeps its 4 MiB activations
+    demo["ok"] = (not found["failed"] and demo["devices"] == [device_key(state.plan)]
+                  and spike >= 64 * MiB and by_step[3]["kept"] >= 4 * MiB and demo["show_displayed"])
+    state.results["demo"] = demo
+
+
+def fixture_step(state: State) -> tuple[Any, int]:
+    """A training-step interval whose file is under the size limit: the full step if it fits,
+    else a ring."""
     plan = state.plan
     use_route(plan, "default")
     for n, max_entries in enumerate(FIXTURE_MAX_ENTRIES):
@@ -502,14 +638,17 @@ def fixture_step(state: State) -> tuple[Path, int]:
         require_success(res, "fixture cell")
         iv = interval_for(step, "fixture")
         if iv.path is not None and iv.file_bytes is not None and iv.file_bytes <= FIXTURE_LIMIT:
-            return abs_path(iv.path), max_entries
+            return iv, max_entries
     raise RuntimeError(f"no step snapshot under {FIXTURE_LIMIT} bytes, even with "
                        f"max_entries={FIXTURE_MAX_ENTRIES[-1]}")
 
 
-def copy_fixture(src: Path, dest: Path) -> dict[str, Any]:
+def copy_fixture(iv: Any, dest: Path) -> dict[str, Any]:
+    """Copy an interval's file; record the figures the magic derived from it on the GPU, which the
+    CPU tests (tests/test_gpu_fixtures.py) check the fixture against."""
     from memsnap_magic import load_snapshot
 
+    src = abs_path(iv.path)
     size = src.stat().st_size
     if size > FIXTURE_LIMIT:
         raise RuntimeError(f"{src} is {size} bytes, over the {FIXTURE_LIMIT}-byte fixture limit")
@@ -517,7 +656,14 @@ def copy_fixture(src: Path, dest: Path) -> dict[str, Any]:
     shutil.copyfile(src, dest)
     snap = load_snapshot(dest)  # must load with the package's safe loader
     return {"path": str(dest), "bytes": dest.stat().st_size,
-            "trace_entries": sum(len(t) for t in snap["device_traces"])}
+            "trace_entries": sum(len(t) for t in snap["device_traces"]),
+            "step": iv.step, "device": iv.device, "error": iv.error,
+            "interval_trace_entries": int(iv.trace_entries),
+            "baseline_allocated": int(iv.baseline_allocated),
+            "peak_allocated": int(iv.peak_allocated), "end_allocated": int(iv.end_allocated),
+            "allocator_max_memory_allocated": iv.allocator_peak_allocated,
+            "top_blocks": [{"addr": b["addr"], "size": b["size"], "before": b["before"]}
+                           for b in iv.top_blocks[:5]]}
 
 
 def section_fixtures(state: State) -> None:
@@ -527,13 +673,13 @@ def section_fixtures(state: State) -> None:
     dest = state.out_dir / "fixtures"
     fixtures: dict[str, Any] = {}
     state.results["fixtures"] = fixtures
-    path, max_entries = fixture_step(state)
-    fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(path, dest / f"{kind}_step.pickle"),
+    iv, max_entries = fixture_step(state)
+    fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(iv, dest / f"{kind}_step.pickle"),
                                            max_entries=max_entries)
     if kind == "cuda":
         if state.oom_path is None:
             raise RuntimeError("the oom section left no snapshot to copy")
-        fixtures["cuda_oom.pickle"] = copy_fixture(state.oom_path, dest / "cuda_oom.pickle")
+        fixtures["cuda_oom.pickle"] = copy_fixture(interval_for(OOM_STEP, "oom"), dest / "cuda_oom.pickle")
 
 
 def bare_recorder(plan: Plan, path: Path) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -621,14 +767,35 @@ def section_overhead(state: State) -> None:
     med_after = {k: statistics.median(v) for k, v in after.items()}
     state.results["overhead_ratio"] = med["recorded"] / med["plain"]
     state.results["added_latency_ratio"] = med_after["recorded"] / med_after["bare"]
+    # the body alone (cell start to the body's end): recording cost without the dump after it
+    body = {k: statistics.median(t - a for t, a in zip(totals[k], after[k])) for k in cells}
+    state.results["body_overhead_ratio"] = body["recorded"] / body["plain"]
     state.results["overhead"] = {
         "repeats": plan.repeats, "train_steps_per_cell": plan.bench_steps,
-        "median_total_s": med, "median_after_body_s": med_after,
+        "median_total_s": med, "median_after_body_s": med_after, "median_body_s": body,
         "total_s": totals, "after_body_s": after,
         "bare_route": "torch.cuda.memory._snapshot + pickle.dump(protocol=4)" if plan.device == "cuda"
         else "CpuBackend.snapshot + pickle.dump(protocol=4)",
     }
+    state.results["overhead"]["profile_after_body"] = profile_recorded_cell(state, recorded())
     shutil.rmtree(bench, ignore_errors=True)  # timing artifacts only
+
+
+def profile_recorded_cell(state: State, code: str, top: int = 12) -> list[dict[str, Any]]:
+    """Where the magic's time after the body goes: cProfile's heaviest memsnap/torch calls."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    run_cell(state, code)
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = [{"function": f"{Path(file).name}:{line}:{name}", "calls": nc, "cumulative_s": round(ct, 6),
+             "own_s": round(tt, 6)}
+            for (file, line, name), (_, nc, tt, ct, _) in stats.items()
+            if "memsnap_magic" in file or name in ("_snapshot", "dump", "replace", "fsync")]
+    return sorted(rows, key=lambda r: -r["cumulative_s"])[:top]
 
 
 SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
@@ -636,7 +803,11 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     *((p.name, section_phase(p)) for p in PHASES),
     ("oom", section_oom),
     ("fixtures", section_fixtures),
+    ("auto_device", section_auto_device),
     ("overhead", section_overhead),
+    ("views", section_views),
+    ("async_allocator", section_async_allocator),
+    ("demo", section_demo),
 )
 
 
@@ -697,6 +868,9 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "max_peak_gap_rel": max(gaps) if gaps else None,
         "oom_ok": None if oom.get("skipped", True) else bool(
             oom.get("error_is_cuda_oom") and oom.get("oom_entries")),
+        "auto_device_ok": (results.get("auto_device") or {}).get("ok"),
+        "async_allocator_refused": (results.get("async_allocator") or {}).get("ok"),
+        "demo_ok": (results.get("demo") or {}).get("ok"),
     }
 
 
@@ -723,7 +897,9 @@ def print_summary(results: dict[str, Any]) -> None:
               f"oom entries={oom['oom_entries']} · {oom['elapsed_s']} s")
     ratio = results.get("overhead_ratio")
     lat = results.get("added_latency_ratio")
+    body = results.get("body_overhead_ratio")
     print(f"overhead_ratio={'-' if ratio is None else f'{ratio:.3f}'} · "
+          f"body_overhead_ratio={'-' if body is None else f'{body:.3f}'} · "
           f"added_latency_ratio={'-' if lat is None else f'{lat:.3f}'}")
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
@@ -764,7 +940,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "cuda": torch.version.cuda, "dry_run": dry,
         "python": sys.version.split()[0], "memsnap_magic": memsnap_magic.__version__,
         "plan": asdict(plan), "work_dir": str(work_dir), "json": str(out_dir / "gpu.json"),
-        "steps": [], "oom": {}, "fixtures": {}, "overhead_ratio": None, "added_latency_ratio": None,
+        "steps": [], "oom": {}, "fixtures": {}, "overhead_ratio": None, "body_overhead_ratio": None,
+        "added_latency_ratio": None,
         "overhead": {}, "sections": {}, "checks": {}, "errors": [], "total_s": 0.0,
     }
     budget = args.budget_s if args.budget_s is not None else (120.0 if dry else 420.0)
