@@ -34,7 +34,8 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
 6. ``overhead``: median wall time of a few training steps plain vs under ``%%memsnap
    stacks=python`` (``overhead_ratio``; the body alone: ``body_overhead_ratio``), and the magic's
    latency after the cell body vs a bare ``_snapshot()`` + ``pickle.dump(protocol=4)``
-   (``added_latency_ratio``), plus a cProfile of one recorded cell.
+   (``added_latency_ratio``), plus a cProfile of one recorded cell; ``large_trace``: the same
+   latency ratio for a cell of ~200k trace entries.
 7. ``views``: ``%memsnap list`` and ``%memsnap show`` over this run's intervals.
 8. ``async_allocator``: in a subprocess under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``,
    the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
@@ -106,6 +107,8 @@ class Plan:
     gap_s: float             # idle time between intervals, so their time_us ranges cannot touch
     repeats: int             # interleaved repeats of the overhead measurement
     bench_steps: int         # training steps per timed cell
+    large_tensors: int       # tensors made and freed in the large-trace cell (~3 trace entries each)
+    large_repeats: int       # interleaved repeats of the large-trace latency measurement
     section_timeout_s: int
 
     @property
@@ -114,9 +117,11 @@ class Plan:
 
 
 GPU_PLAN = Plan(device="cuda", d_model=512, nhead=8, ff=2048, batch=16, seq=128,
-                leak_bytes=64 * MiB, gap_s=0.1, repeats=15, bench_steps=5, section_timeout_s=150)
+                leak_bytes=64 * MiB, gap_s=0.1, repeats=15, bench_steps=5, large_tensors=70_000, large_repeats=3,
+                section_timeout_s=150)
 DRY_PLAN = Plan(device="cpu", d_model=32, nhead=4, ff=64, batch=4, seq=16,
-                leak_bytes=1 * MiB, gap_s=0.03, repeats=3, bench_steps=2, section_timeout_s=60)
+                leak_bytes=1 * MiB, gap_s=0.03, repeats=3, bench_steps=2, large_tensors=1_500,
+                large_repeats=2, section_timeout_s=60)
 
 
 @dataclass(frozen=True)
@@ -682,7 +687,8 @@ def section_fixtures(state: State) -> None:
         fixtures["cuda_oom.pickle"] = copy_fixture(interval_for(OOM_STEP, "oom"), dest / "cuda_oom.pickle")
 
 
-def bare_recorder(plan: Plan, path: Path) -> tuple[Callable[[], None], Callable[[], None]]:
+def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000
+                  ) -> tuple[Callable[[], None], Callable[[], None]]:
     """(begin, dump): the recording the magic does, minus the magic, for the latency baseline.
 
     CUDA: ``_record_memory_history`` with the magic's settings, then ``_snapshot()`` +
@@ -691,7 +697,7 @@ def bare_recorder(plan: Plan, path: Path) -> tuple[Callable[[], None], Callable[
     if plan.device == "cuda":
         mem = torch.cuda.memory
         params = inspect.signature(mem._record_memory_history).parameters
-        wanted = {"context": "all", "stacks": "python", "max_entries": 100_000, "clear_history": True}
+        wanted = {"context": "all", "stacks": "python", "max_entries": max_entries, "clear_history": True}
         kwargs = {k: v for k, v in wanted.items() if k in params}
 
         def begin() -> None:
@@ -781,6 +787,74 @@ def section_overhead(state: State) -> None:
     shutil.rmtree(bench, ignore_errors=True)  # timing artifacts only
 
 
+def section_large_trace(state: State) -> None:
+    """The added latency at scale: one cell of ~3 x ``large_tensors`` allocator events, the magic
+    (snapshot, atomic dump, summary, clear) vs a bare ``_snapshot()`` + ``pickle.dump``."""
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    plan = state.plan
+    use_route(plan, "default")
+    bench = state.work_dir / "bench_large"
+    bench.mkdir(parents=True, exist_ok=True)
+    max_entries = 4 * plan.large_tensors
+    begin, dump = bare_recorder(plan, bench / "bare.pickle", max_entries=max_entries)
+    state.shell.user_ns.update(_bare_begin=begin, _bare_dump=dump)
+    body = (f"for _i in range({plan.large_tensors}):\n    _t = torch.empty(1, device=_dev)\n"
+            "del _t\nsync()\n_t_body_end = time.perf_counter()\n")
+    counter = iter(range(2000, 10_000))
+
+    def recorded() -> str:
+        return (f"%%memsnap step={next(counter)} device={plan.device} tag=large "
+                f"max_entries={max_entries} out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
+
+    cells: dict[str, Callable[[], str]] = {"recorded": recorded,
+                                           "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
+    after: dict[str, list[float]] = {k: [] for k in cells}
+    for r in range(plan.large_repeats):
+        for name in (("recorded", "bare") if r % 2 == 0 else ("bare", "recorded")):
+            after[name].append(timed_cell(state, cells[name]())[1])
+    from memsnap_magic import session
+
+    iv = session().intervals[-1]
+    med = {k: statistics.median(v) for k, v in after.items()}
+    summarize_ratio = summarize_vs_load(abs_path(iv.path), plan.large_repeats)
+    state.results["large_trace"] = {
+        "tensors": plan.large_tensors, "trace_entries": int(iv.trace_entries),
+        "file_bytes": iv.file_bytes, "bare_file_bytes": (bench / "bare.pickle").stat().st_size,
+        "repeats": plan.large_repeats, "median_after_body_s": med, "after_body_s": after,
+        "added_latency_ratio": med["recorded"] / med["bare"],
+        "summarize_vs_pickle_load": summarize_ratio,
+        "profile_after_body": profile_recorded_cell(state, recorded()),
+    }
+    shutil.rmtree(bench, ignore_errors=True)
+
+
+def summarize_vs_load(path: Path, repeats: int) -> dict[str, Any]:
+    """Issue 5's first row on a real snapshot: ``summarize`` vs ``pickle.load`` of the same file,
+    interleaved, a collection before each timed call (as ``benchmarks/bench_summarize.py``)."""
+    import gc
+
+    from memsnap_magic import summarize
+
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    frames = [len(e.get("frames", ())) for t in snap["device_traces"] for e in t]
+    times: dict[str, list[float]] = {"summarize": [], "pickle_load": []}
+    for _ in range(repeats):
+        for name in times:
+            gc.collect()
+            t0 = time.perf_counter()
+            if name == "summarize":
+                summarize(snap)
+            else:
+                with open(path, "rb") as f:
+                    pickle.load(f)
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"ratio": med["summarize"] / med["pickle_load"], "median_s": med, "times_s": times,
+            "entries": len(frames), "mean_frames_per_entry": statistics.fmean(frames) if frames else 0.0}
+
+
 def profile_recorded_cell(state: State, code: str, top: int = 12) -> list[dict[str, Any]]:
     """Where the magic's time after the body goes: cProfile's heaviest memsnap/torch calls."""
     import cProfile
@@ -805,6 +879,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("fixtures", section_fixtures),
     ("auto_device", section_auto_device),
     ("overhead", section_overhead),
+    ("large_trace", section_large_trace),
     ("views", section_views),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
