@@ -8,6 +8,7 @@ baseline gives the interval's timeline. Sizes are requested bytes, as the trace 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
@@ -191,19 +192,37 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
     return items[:top] if top else items
 
 
+_INPUT = re.compile(r"^<ipython-input-(\d+)-")
+_OWN = re.compile(r"[/\\]memsnap_magic[/\\]")
+_SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
+
+
 def _is_cell_frame(frame: dict[str, Any]) -> bool:
     name = str(frame.get("filename", ""))
     return name.startswith("<ipython-input-") or "/ipykernel_" in name
 
 
+def _where(frame: dict[str, Any]) -> str:
+    name = str(frame.get("filename", "?"))
+    cell = _INPUT.match(name)
+    if cell:
+        return f"cell In[{cell.group(1)}]"
+    if _is_cell_frame(frame):
+        return "notebook cell"
+    return _SITE.sub("", name)
+
+
 def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
-    """A few readable frames, the notebook's own cells first."""
+    """A few readable frames: the notebook's cells first, then the innermost others.
+
+    A stack recorded under ``%%memsnap`` continues past the user's cell into the magic, IPython
+    and the kernel; from the first of our own frames outwards it says nothing about the user's
+    code, so it is dropped (the ``%%memsnap`` line's own cell with it).
+    """
+    own = next((i for i, f in enumerate(frames) if _OWN.search(str(f.get("filename", "")))), len(frames))
+    frames = frames[:own]
     ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    lines = []
-    for f in ordered[:limit]:
-        where = "notebook cell" if _is_cell_frame(f) else f.get("filename", "?")
-        lines.append(f"{f.get('name', '?')} ({where}:{f.get('line', '?')})")
-    return lines
+    return [f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})" for f in ordered[:limit]]
 
 
 def decimate_index(y: np.ndarray, points: int = 2000) -> np.ndarray:

@@ -150,4 +150,34 @@ def test_frame_lines_and_reasons():
     iv.top_blocks = [{"size": 1, "addr": 1, "before": False, "frames": []}]
     table = blocks_table(iv)
     assert "context=none" in table
-    assert frame_lines([{"filename": "<ipython-input-3-abc>", "line": 2, "name": "f"}]) == ["f (notebook cell:2)"]
+    assert frame_lines([{"filename": "<ipython-input-3-abc>", "line": 2, "name": "f"}]) == ["f (cell In[3]:2)"]
+
+
+def frame(name, filename, line):
+    return {"name": name, "filename": filename, "line": line}
+
+
+# the shape of a real stack from the H200 run (tests/data/cuda_step.pickle), innermost first
+SITE = "/opt/torch/.venv/lib/python3.12/site-packages"
+REAL_STACK = [
+    frame("_in_projection_packed", f"{SITE}/torch/nn/functional.py", 5843),
+    frame("forward", f"{SITE}/torch/nn/modules/transformer.py", 954),
+    frame("train_step", "<ipython-input-1-31c07619d8ec>", 13),
+    frame("<module>", "<ipython-input-12-cf1dc36827bf>", 2),
+    frame("run", "/work/main/memsnap_magic/execute.py", 53),
+    frame("memsnap", "/work/main/memsnap_magic/magic.py", 75),
+    frame("run_cell_magic", f"{SITE}/IPython/core/interactiveshell.py", 2644),
+    frame("<module>", "<ipython-input-11-463fe9ae15df>", 1),      # the %%memsnap line itself
+    frame("run_code", f"{SITE}/IPython/core/interactiveshell.py", 3823),
+]
+
+
+def test_frame_lines_drop_the_magic_and_what_runs_it():
+    # cells first, then the innermost library frames, with paths from site-packages on
+    assert frame_lines(REAL_STACK) == ["train_step (cell In[1]:13)", "<module> (cell In[12]:2)",
+                                       "_in_projection_packed (torch/nn/functional.py:5843)",
+                                       "forward (torch/nn/modules/transformer.py:954)"]
+    assert frame_lines(REAL_STACK, limit=50)[-1] == "forward (torch/nn/modules/transformer.py:954)"
+    # a Jupyter kernel names cells by a temporary file; a script's own files keep their path
+    kernel = [frame("f", "/tmp/ipykernel_4242/3196435227.py", 3), frame("main", "/home/u/train.py", 9)]
+    assert frame_lines(kernel) == ["f (notebook cell:3)", "main (/home/u/train.py:9)"]
