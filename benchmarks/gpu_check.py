@@ -731,6 +731,25 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000
     return begin, dump
 
 
+def recorded_and_bare(state: State, folder: str, body: str, options: str, first_step: int,
+                      max_entries: int = 100_000) -> tuple[Path, dict[str, Callable[[], str]]]:
+    """The cells to time: ``body`` under ``%%memsnap <options>`` (a new step each call) and under
+    the bare recorder (``bare_recorder``), both writing below ``work_dir/folder``."""
+    plan = state.plan
+    use_route(plan, "default")
+    bench = state.work_dir / folder
+    bench.mkdir(parents=True, exist_ok=True)
+    begin, dump = bare_recorder(plan, bench / "bare.pickle", max_entries=max_entries)
+    state.shell.user_ns.update(_bare_begin=begin, _bare_dump=dump)
+    counter = iter(range(first_step, first_step + 1000))
+
+    def recorded() -> str:
+        return (f"%%memsnap step={next(counter)} device={plan.device} {options} "
+                f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
+
+    return bench, {"recorded": recorded, "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
+
+
 def timed_cell(state: State, code: str) -> tuple[float, float]:
     """(total wall seconds of the cell, seconds from the body's end until the cell returned)."""
     t0 = time.perf_counter()
@@ -744,21 +763,11 @@ def section_overhead(state: State) -> None:
     if state.shell is None:
         raise RuntimeError("setup failed; nothing to run")
     plan = state.plan
-    use_route(plan, "default")
-    bench = state.work_dir / "bench"
-    bench.mkdir(parents=True, exist_ok=True)
-    begin, dump = bare_recorder(plan, bench / "bare.pickle")
-    state.shell.user_ns.update(_bare_begin=begin, _bare_dump=dump)
     body = (f"for _i in range({plan.bench_steps}):\n    loss = train_step()\nsync()\n"
             "_t_body_end = time.perf_counter()\n")
-    counter = iter(range(1000, 10_000))
-
-    def recorded() -> str:
-        return (f"%%memsnap step={next(counter)} device={plan.device} stacks=python tag=overhead "
-                f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
-
-    cells: dict[str, Callable[[], str]] = {"plain": lambda: body, "recorded": recorded,
-                                           "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
+    bench, timed = recorded_and_bare(state, "bench", body, "stacks=python tag=overhead", 1000)
+    recorded = timed["recorded"]
+    cells: dict[str, Callable[[], str]] = {"plain": lambda: body, **timed}
     for make in cells.values():  # warm-up, untimed
         timed_cell(state, make())
     totals: dict[str, list[float]] = {k: [] for k in cells}
@@ -793,22 +802,12 @@ def section_large_trace(state: State) -> None:
     if state.shell is None:
         raise RuntimeError("setup failed; nothing to run")
     plan = state.plan
-    use_route(plan, "default")
-    bench = state.work_dir / "bench_large"
-    bench.mkdir(parents=True, exist_ok=True)
     max_entries = 4 * plan.large_tensors
-    begin, dump = bare_recorder(plan, bench / "bare.pickle", max_entries=max_entries)
-    state.shell.user_ns.update(_bare_begin=begin, _bare_dump=dump)
     body = (f"for _i in range({plan.large_tensors}):\n    _t = torch.empty(1, device=_dev)\n"
             "del _t\nsync()\n_t_body_end = time.perf_counter()\n")
-    counter = iter(range(2000, 10_000))
-
-    def recorded() -> str:
-        return (f"%%memsnap step={next(counter)} device={plan.device} tag=large "
-                f"max_entries={max_entries} out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
-
-    cells: dict[str, Callable[[], str]] = {"recorded": recorded,
-                                           "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
+    bench, cells = recorded_and_bare(state, "bench_large", body,
+                                     f"tag=large max_entries={max_entries}", 2000, max_entries)
+    recorded = cells["recorded"]
     after: dict[str, list[float]] = {k: [] for k in cells}
     for r in range(plan.large_repeats):
         for name in (("recorded", "bare") if r % 2 == 0 else ("bare", "recorded")):
