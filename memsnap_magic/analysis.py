@@ -193,7 +193,7 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
 
 
 _INPUT = re.compile(r"^<ipython-input-(\d+)-")
-_OWN = re.compile(r"[/\\]memsnap_magic[/\\]")
+_RUNS_CELLS = re.compile(r"[/\\]memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
 _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
 
 
@@ -216,11 +216,12 @@ def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
     """A few readable frames: the notebook's cells first, then the innermost others.
 
     A stack recorded under ``%%memsnap`` continues past the user's cell into the magic, IPython
-    and the kernel; from the first of our own frames outwards it says nothing about the user's
-    code, so it is dropped (the ``%%memsnap`` line's own cell with it).
+    and the kernel; from the frame that runs the cell's body outwards it says nothing about the
+    user's code, so it is dropped (the ``%%memsnap`` line's own cell with it).
     """
-    own = next((i for i, f in enumerate(frames) if _OWN.search(str(f.get("filename", "")))), len(frames))
-    frames = frames[:own]
+    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(str(f.get("filename", "")))),
+                 len(frames))
+    frames = frames[:outer]
     ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
     return [f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})" for f in ordered[:limit]]
 
