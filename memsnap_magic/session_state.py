@@ -180,7 +180,10 @@ def describe(iv: Interval, previous: Interval | None) -> str:
                      f"{fmt_bytes(iv.peak_allocated - previous.peak_allocated, signed=True)}")
     if iv.allocator_peak_allocated is not None:
         parts.append(f"allocator peak {fmt_bytes(iv.allocator_peak_allocated)}")
-    parts.append(f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else ""))
+    entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
+    if iv.trace_entries == 0 and iv.device != "cpu":
+        entries += f": nothing was allocated on {iv.device} (CPU tensors? record them with device=cpu)"
+    parts.append(entries)
     if iv.error:
         parts.append(f"cell raised {iv.error}")
     parts.append(f"-> {iv.path}" if iv.path is not None else "-> not written")

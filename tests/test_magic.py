@@ -193,6 +193,21 @@ def test_steps_with_clear_false_is_a_usage_error(torch_ns):
     assert "ran" not in torch_ns.user_ns
 
 
+def test_summary_line_says_when_an_accelerator_saw_no_allocation():
+    # On a GPU machine device=auto records CUDA; a cell whose tensors are on the CPU then gives
+    # an empty snapshot, and the line says why rather than reporting a bare "0 entries".
+    from dataclasses import replace
+
+    from memsnap_magic.session_state import Interval, describe
+
+    iv = Interval(step=1, rank=0, device="cuda:0", path=None, baseline_allocated=0,
+                  peak_allocated=0, end_allocated=0, trace_entries=0)
+    assert "0 entries: nothing was allocated on cuda:0 (CPU tensors? record them with device=cpu)" \
+        in describe(iv, None)
+    assert "nothing was allocated" not in describe(replace(iv, device="cpu"), None)
+    assert "nothing was allocated" not in describe(replace(iv, trace_entries=3), None)
+
+
 def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     sh = torch_ns
     Path("blocked").write_text("a file where a folder should be")
