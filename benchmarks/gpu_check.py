@@ -79,7 +79,7 @@ except ImportError:  # not installed: run from a checkout
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers
-from common import make_shell  # noqa: E402
+from common import interleaved, make_shell  # noqa: E402
 
 MiB = 1 << 20
 FIXTURE_LIMIT = 2_000_000          # bytes: "<= 2 MB" under either reading of MB
@@ -159,7 +159,6 @@ class State:
     shell: Any = None
     leaks: list[Leak] = field(default_factory=list)
     previous_keys: set[tuple[Any, ...]] = field(default_factory=set)
-    oom_path: Path | None = None
     log: io.StringIO = field(default_factory=io.StringIO)
     deadline: float = float("inf")   # time.perf_counter() after which no section starts
 
@@ -490,7 +489,6 @@ def section_oom(state: State) -> None:
     oom_entries = []
     if path is not None:
         oom_entries = [e for e in device_trace(load_snapshot(path), plan) if e["action"] == "oom"]
-        state.oom_path = path
     state.shell.user_ns.pop("small", None)
     torch.cuda.empty_cache()
     state.results["oom"] = {
@@ -543,6 +541,21 @@ def section_views(state: State) -> None:
                               "show_text": data.get("text/plain", "")[:2000]}
 
 
+def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
+    """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
+    return the JSON it printed on its ``RESULT `` line."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               **env)
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout_s, cwd=cwd)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
 ASYNC_PROBE = """
 import json, torch
 from IPython.core.interactiveshell import InteractiveShell
@@ -562,16 +575,8 @@ def section_async_allocator(state: State) -> None:
     if state.plan.device != "cuda":
         state.results["async_allocator"] = {"skipped": True, "reason": "no CUDA device (dry run)"}
         return
-    import subprocess
-
-    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", ASYNC_PROBE], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=state.work_dir)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    found = json.loads(line[len("RESULT "):])
+    found = run_probe(ASYNC_PROBE, [], state.work_dir, 120,
+                      PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     found["ok"] = (found["allocator"] == "cudaMallocAsync" and found["error_type"] == "UsageError"
                    and "cudaMallocAsync" in (found["message"] or ""))
     state.results["async_allocator"] = found
@@ -603,19 +608,10 @@ print("RESULT " + json.dumps({"cells": len(cells), "failed": failed,
 
 def section_demo(state: State) -> None:
     """notebooks/demo.ipynb's code cells in a fresh process, with ``DEVICE`` set to this device."""
-    import subprocess
-
     workdir = state.work_dir / "demo"
     workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", DEMO_PROBE, str(REPO_ROOT / "notebooks" / "demo.ipynb"),
-                           state.plan.device], env=env, capture_output=True, text=True, timeout=150,
-                          cwd=workdir)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"demo failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    found = json.loads(line[len("RESULT "):])
+    found = run_probe(DEMO_PROBE, [str(REPO_ROOT / "notebooks" / "demo.ipynb"), state.plan.device],
+                      workdir, 150, MPLBACKEND="Agg")
     by_step = {r["step"]: r for r in found["intervals"]}
     spike = by_step[2]["peak_allocated"] - by_step[2]["baseline_allocated"]
     demo = {"cells": found["cells"], "failed": found["failed"],
@@ -682,9 +678,10 @@ def section_fixtures(state: State) -> None:
     fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(iv, dest / f"{kind}_step.pickle"),
                                            max_entries=max_entries)
     if kind == "cuda":
-        if state.oom_path is None:
+        oom = interval_for(OOM_STEP, "oom")
+        if oom.path is None:
             raise RuntimeError("the oom section left no snapshot to copy")
-        fixtures["cuda_oom.pickle"] = copy_fixture(interval_for(OOM_STEP, "oom"), dest / "cuda_oom.pickle")
+        fixtures["cuda_oom.pickle"] = copy_fixture(oom, dest / "cuda_oom.pickle")
 
 
 def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000
@@ -831,24 +828,15 @@ def section_large_trace(state: State) -> None:
 def summarize_vs_load(path: Path, repeats: int) -> dict[str, Any]:
     """Issue 5's first row on a real snapshot: ``summarize`` vs ``pickle.load`` of the same file,
     interleaved, a collection before each timed call (as ``benchmarks/bench_summarize.py``)."""
-    import gc
-
     from memsnap_magic import summarize
 
-    with open(path, "rb") as f:
-        snap = pickle.load(f)
+    def load() -> Any:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    snap = load()
     frames = [len(e.get("frames", ())) for t in snap["device_traces"] for e in t]
-    times: dict[str, list[float]] = {"summarize": [], "pickle_load": []}
-    for _ in range(repeats):
-        for name in times:
-            gc.collect()
-            t0 = time.perf_counter()
-            if name == "summarize":
-                summarize(snap)
-            else:
-                with open(path, "rb") as f:
-                    pickle.load(f)
-            times[name].append(time.perf_counter() - t0)
+    times = interleaved({"summarize": lambda: summarize(snap), "pickle_load": load}, repeats, warmup=0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"ratio": med["summarize"] / med["pickle_load"], "median_s": med, "times_s": times,
             "entries": len(frames), "mean_frames_per_entry": statistics.fmean(frames) if frames else 0.0}
