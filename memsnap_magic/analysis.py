@@ -4,6 +4,13 @@ A snapshot's trace usually starts mid-run. Blocks allocated before the window an
 it, and end-state blocks the trace never allocated, were live at the window's start: they form
 the baseline (the "initially allocated" set memory_viz builds). Replaying the trace from the
 baseline gives the interval's timeline. Sizes are requested bytes, as the trace records them.
+
+Reading a field of every trace entry is most of the cost, so addresses are read only where
+events must be paired. The baseline is the end state's bytes minus the trace's net change,
+corrected for the blocks the two disagree on (the trace counts a pending free as allocated);
+the blocks alive at an event are found among the largest sizes first. Both rely on a block's
+alloc and free carrying the same requested size, so each pairing reads only the events of the
+sizes in question.
 """
 
 from __future__ import annotations
@@ -12,9 +19,12 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -28,16 +38,17 @@ class Summary:
     trace_entries: int
     allocated: np.ndarray = field(repr=False)    # bytes allocated after each replayed event
     peak_index: int = -1                         # index into the arrays; -1: the baseline
-    # per replayed event: +1 alloc / -1 free, address, size, index of its trace entry
-    events: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(default=(), repr=False)
+    # per replayed event: +1 alloc / -1 free, requested size, index of its trace entry
+    events: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=(_EMPTY, _EMPTY, _EMPTY), repr=False)
     trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    # end-state blocks live all along: (address, requested size, block dict)
-    untouched: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]] = field(default=(), repr=False)
+    # the device's allocated blocks at the snapshot's end: (address, requested size, block dict)
+    end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]] = field(
+        default=(np.zeros(0, dtype=np.uint64), _EMPTY, []), repr=False)
 
     @cached_property
     def time_us(self) -> np.ndarray:
         """``time_us`` of each replayed event (read on demand: plots need only a few)."""
-        t = _column(self.trace, "time_us", -1)[self.events[3]] if self.trace else np.zeros(0, np.int64)
+        t = _column(self.trace, "time_us", -1)[self.events[2]] if self.trace else _EMPTY
         if len(t) and t.min() < 0:  # older traces lack time_us: carry the last known time forward
             known = np.where(t >= 0, np.arange(len(t)), -1)
             last = np.maximum.accumulate(known)
@@ -46,7 +57,7 @@ class Summary:
 
     def times_at(self, index: np.ndarray) -> np.ndarray:
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
-        entries = self.events[3][index].tolist()
+        entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
         if None in times:
             return self.time_us[index]
@@ -70,45 +81,76 @@ def pick_device(snap: dict[str, Any]) -> int:
     return 0
 
 
-def _column(trace: list[dict[str, Any]], key: str, default: int) -> np.ndarray:
-    """One integer field of every entry, read at C speed (``dict.get`` mapped over the list)."""
+def _column(trace: list[dict[str, Any]], key: str, default: Any, dtype: Any = np.int64) -> np.ndarray:
+    """One field of every entry, read at C speed (``itemgetter`` mapped over the list)."""
     n = len(trace)
-    return np.fromiter(map(dict.get, trace, repeat(key, n), repeat(default, n)), dtype=np.int64, count=n)
+    try:
+        return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=n)
+    except KeyError:  # some entry lacks it: an old trace's time_us, say
+        return np.fromiter(map(dict.get, trace, repeat(key, n), repeat(default, n)), dtype=dtype, count=n)
 
 
-_HASH = {name: hash(name) for name in ("alloc", "free_completed", "free", "free_requested")}
+# Entries picked here and there cost ~8x an entry of a pass over the whole list (cache misses).
+_SPARSE = 8
 
 
-def _trace_arrays(trace: list[dict[str, Any]]) -> tuple[np.ndarray, ...]:
-    """(sign, addr, size, entry index) of the events that change allocated bytes."""
-    n = len(trace)
-    # Actions compared by their string hash: one C-level pass instead of a dict lookup per entry.
-    h = np.fromiter(map(hash, map(dict.get, trace, repeat("action", n))), dtype=np.int64, count=n)
-    alloc = h == _HASH["alloc"]
-    freed = (h == _HASH["free_completed"]) | (h == _HASH["free"])
-    if not freed.any():  # a trace without free_completed counts frees where they are requested
-        freed = h == _HASH["free_requested"]
-    index = np.flatnonzero(alloc | freed)
-    sign = np.where(alloc[index], 1, -1).astype(np.int64)
-    addr = _column(trace, "addr", 0)[index].astype(np.uint64)
-    size = _column(trace, "size", 0)[index]
-    return sign, addr, size, index.astype(np.int64)
+def _addresses(trace: list[dict[str, Any]], entries: np.ndarray) -> np.ndarray:
+    """``addr`` of some trace entries (alloc and free entries always carry one)."""
+    if len(entries) > len(trace) // _SPARSE:
+        return _column(trace, "addr", 0, np.uint64)[entries]
+    rows = map(trace.__getitem__, entries.tolist())
+    return np.fromiter(map(itemgetter("addr"), rows), dtype=np.uint64, count=len(entries))
 
 
-def _end_blocks(snap: dict[str, Any], device: int) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
-    """(address, requested size, block dict) of the device's allocated blocks at the snapshot's end."""
-    addrs, sizes, blocks = [], [], []
+def _trace_events(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sign, size, entry index) of the events that change allocated bytes."""
+    action = _column(trace, "action", None, object)  # compared as objects: no per-entry hashing
+    alloc = action == "alloc"
+    # frees count where they complete; a trace without free_completed, where they are requested
+    for name in ("free_completed", "free", "free_requested"):
+        freed = action == name
+        if freed.any():
+            break
+    entry = np.flatnonzero(alloc | freed)
+    sign = np.where(alloc[entry], 1, -1).astype(np.int64)
+    return sign, _column(trace, "size", 0)[entry], entry
+
+
+def _end_state(snap: dict[str, Any], device: int) -> tuple[tuple[np.ndarray, np.ndarray, list[dict[str, Any]]],
+                                                            np.ndarray, bool]:
+    """The device's blocks at the snapshot's end: the allocated ones (address, requested size,
+    block dict), the requested sizes of those pending a free, and whether every allocated block
+    had its requested size (old files give only the rounded one)."""
+    addrs, sizes, blocks, pending, exact = [], [], [], [], True
     for seg in snap["segments"]:
         if seg["device"] != device:
             continue
         a = seg["address"]
         for b in seg["blocks"]:
-            if b["state"] == "active_allocated":
+            state = b["state"]
+            if state == "active_allocated":
+                requested = b.get("requested_size")
+                exact = exact and bool(requested)
                 addrs.append(a)
-                sizes.append(b.get("requested_size") or b["size"])
+                sizes.append(requested or b["size"])
                 blocks.append(b)
+            elif state == "active_pending_free":
+                pending.append(b.get("requested_size") or b["size"])
             a += b["size"]
-    return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks
+    end = (np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks)
+    return end, np.asarray(pending, dtype=np.int64), exact
+
+
+def _by_address(trace: list[dict[str, Any]], entry: np.ndarray, sel: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Events ``sel`` grouped by address, each address's events in time order: the order,
+    the sorted addresses, and which sorted positions start and end an address's group."""
+    a = _addresses(trace, entry[sel])
+    order = np.argsort(a, kind="stable")
+    a = a[order]
+    change = np.ones(len(a) + 1, dtype=bool)
+    change[1:-1] = a[1:] != a[:-1]
+    return order, a, change[:-1], change[1:]
 
 
 def _sorted_contains(sorted_values: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -119,43 +161,63 @@ def _sorted_contains(sorted_values: np.ndarray, query: np.ndarray) -> np.ndarray
     return sorted_values[pos] == query
 
 
+def _left_by_trace(trace: list[dict[str, Any]], events: tuple[np.ndarray, np.ndarray, np.ndarray],
+                   sel: np.ndarray, end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]) -> int:
+    """Bytes of the blocks among events ``sel`` that the trace allocated and never freed, less
+    what the end state counts for them: what "end-state bytes minus net change" misses."""
+    sign, size, entry = events
+    order, a, _, last = _by_address(trace, entry, sel)
+    tail = sel[order[last]]                  # each address's last event
+    live = sign[tail] > 0
+    live_addr, live_size = a[last][live], size[tail][live]
+    by_addr = np.argsort(end[0])
+    end_addr, end_size = end[0][by_addr], end[1][by_addr]
+    held = live_addr[_sorted_contains(end_addr, live_addr)]
+    return int(live_size.sum() - end_size[np.searchsorted(end_addr, held)].sum())
+
+
 def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     """Baseline, peak and end of one device's trace window (``device=None``: the one with entries)."""
     if device is None:
         device = pick_device(snap)
     traces = snap["device_traces"]
     trace = traces[device] if device < len(traces) else []
-    sign, addr, size, entry = _trace_arrays(trace)
-    delta = sign * size
+    events = sign, size, entry = _trace_events(trace)
+    steps = np.cumsum(sign * size)
+    net, low = (int(steps[-1]), int(steps.min())) if len(steps) else (0, 0)
+    end, pending, exact = _end_state(snap, device)
 
-    # Per address, events alternate alloc/free; a free that comes first was allocated before the
-    # window, and the addresses whose last event is an alloc are the trace's own live blocks.
-    order = np.argsort(addr, kind="stable")
-    a_sorted = addr[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = a_sorted[1:] != a_sorted[:-1]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = a_sorted[1:] != a_sorted[:-1]
-    first_idx, last_idx = order[first], order[last]
-    freed_before = int(size[first_idx][sign[first_idx] < 0].sum())
-    live_from_trace = addr[last_idx][sign[last_idx] > 0]  # ascending: last_idx follows the sort
+    # What the window started with: what it ended with, less what it added. A block pending a
+    # free is allocated for the replay but not in the end's allocated blocks, so the blocks of
+    # the pending sizes are paired by address to add the trace's own back.
+    everything = np.arange(len(sign))
+    if not exact:  # end sizes are rounded where the trace's are requested: pair every event
+        suspects = everything
+    elif len(pending):
+        suspects = np.flatnonzero(np.isin(size, pending))
+    else:
+        suspects = _EMPTY
+    baseline = int(end[1].sum()) - net
+    if len(suspects):
+        baseline += _left_by_trace(trace, events, suspects, end)
+    if baseline + min(low, 0) < 0 and len(suspects) < len(sign):
+        # the end state contradicts the trace (recording paused, say): pair every event, as
+        # memory_viz does, and count what the trace freed but never allocated as the baseline
+        baseline = int(end[1].sum()) - net + _left_by_trace(trace, events, everything, end)
 
-    end_addr, end_size, end_blocks = _end_blocks(snap, device)
-    untouched = ~_sorted_contains(live_from_trace, end_addr)
-    baseline = freed_before + int(end_size[untouched].sum())
-
-    allocated = baseline + np.cumsum(delta)
+    allocated = baseline + steps
     if len(allocated) and allocated.max() > baseline:
         peak_index = int(allocated.argmax())
         peak = int(allocated[peak_index])
     else:
         peak_index, peak = -1, baseline
-    end = int(allocated[-1]) if len(allocated) else baseline
+    end_allocated = int(allocated[-1]) if len(allocated) else baseline
     return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
-                   end_allocated=end, trace_entries=len(trace), allocated=allocated,
-                   peak_index=peak_index, events=(sign, addr, size, entry), trace=trace,
-                   untouched=(end_addr[untouched], end_size[untouched],
-                              [end_blocks[i] for i in np.flatnonzero(untouched).tolist()]))
+                   end_allocated=end_allocated, trace_entries=len(trace), allocated=allocated,
+                   peak_index=peak_index, events=events, trace=trace, end=end)
+
+
+_LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
 
 
 def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[dict[str, Any]]:
@@ -163,33 +225,62 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
 
     Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
     empty) and ``before`` (True when the block was already live when the window started).
+    With ``top``, only events of the largest sizes are paired by address, widening until
+    ``top`` blocks are found; ``top=0`` pairs them all.
     """
     p = summary.peak_index if index is None else index
-    sign, addr, size, entry = summary.events
-    n = len(sign)
-    idx = np.arange(n)
-    order = np.argsort(addr, kind="stable")
-    a = addr[order]
-    same = a[1:] == a[:-1]
-    following = np.full(n, n, dtype=np.int64)  # the next event at the same address
-    following[order[:-1][same]] = order[1:][same]
-    first = np.ones(n, dtype=bool)
-    first[order[1:][same]] = False
-    alive_new = (sign > 0) & (idx <= p) & (following > p)
-    alive_old = first & (sign < 0) & (idx > p)  # live before the window, freed after index
+    size, end_size = summary.events[1], summary.end[1]
+    m = len(size)
+    look = top * _LOOK_PER_BLOCK
+    while top and look < m:
+        cut = np.partition(size, m - look)[m - look]  # the look-th largest size
+        sel = np.flatnonzero(size >= cut)
+        if len(sel) > len(summary.trace) // _SPARSE:  # no cheaper than pairing every event
+            break
+        items = _alive_among(summary, p, sel, end_size >= cut, top)
+        if len(items) >= top:  # every block of size >= cut is here, and none smaller can rank
+            return items[:top]
+        look *= 8
+    items = _alive_among(summary, p, np.arange(m), np.ones(len(end_size), dtype=bool), top)
+    return items[:top] if top else items
+
+
+def _alive_among(summary: Summary, p: int, sel: np.ndarray, end_keep: np.ndarray,
+                 top: int) -> list[dict[str, Any]]:
+    """``alive_at`` over the events ``sel`` and the end-state blocks ``end_keep`` only."""
+    sign, size, entry = summary.events
+    sign, size = sign[sel], size[sel]
+    order, a, first_sorted, last_sorted = _by_address(summary.trace, entry, sel)
+    n = len(sel)
+    # event index of the next event at the same address (none: past every event)
+    following = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    has_next = np.flatnonzero(~last_sorted)
+    following[order[has_next]] = sel[order[has_next + 1]]
+    first = np.empty(n, dtype=bool)
+    first[order] = first_sorted
+    alive_new = (sign > 0) & (sel <= p) & (following > p)
+    alive_old = first & (sign < 0) & (sel > p)  # live before the window, freed after index p
     chosen = np.flatnonzero(alive_new | alive_old)
     if top:
         chosen = chosen[np.argsort(-size[chosen], kind="stable")[:top]]
-    trace = summary.trace
+    trace, addr = summary.trace, np.empty(n, dtype=np.uint64)
+    addr[order] = a
     items = [{"size": int(size[i]), "addr": int(addr[i]), "before": bool(alive_old[i]),
-              "frames": [] if alive_old[i] else list(trace[entry[i]].get("frames", []))}
+              "frames": [] if alive_old[i] else list(trace[entry[sel[i]]].get("frames", []))}
              for i in chosen.tolist()]
-    kept_addr, kept_size, kept_blocks = summary.untouched or (np.zeros(0), np.zeros(0), [])
-    kept = np.argsort(-kept_size, kind="stable")[:top] if top else np.arange(len(kept_size))
-    items += [{"size": int(kept_size[i]), "addr": int(kept_addr[i]), "before": True,
-               "frames": list(kept_blocks[i].get("frames", []))} for i in kept.tolist()]
+
+    # end-state blocks the trace never allocated (or freed and did not allocate again)
+    tail = order[last_sorted]
+    live_addr = a[last_sorted][sign[tail] > 0]  # ascending
+    end_addr, end_size, end_blocks = summary.end
+    kept = np.flatnonzero(end_keep & ~_sorted_contains(live_addr, end_addr))
+    kept = kept[np.argsort(-end_size[kept], kind="stable")]
+    if top:
+        kept = kept[:top]
+    items += [{"size": int(end_size[i]), "addr": int(end_addr[i]), "before": True,
+               "frames": list(end_blocks[i].get("frames", []))} for i in kept.tolist()]
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
-    return items[:top] if top else items
+    return items
 
 
 _INPUT = re.compile(r"^<ipython-input-(\d+)-")

@@ -1,4 +1,7 @@
+import random
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,6 +188,75 @@ def test_alive_at_peak_names_frames_and_origin():
     got = alive_at(s)
     assert [(b["size"], b["before"]) for b in got] == [(1000, True), (300, False), (100, False), (50, True)]
     assert got[1]["frames"] == frames and got[2]["frames"] == []
+
+
+def long_window(seed: int, events: int = 4000) -> dict:
+    """A consistent history of ``events`` allocs and frees over a few repeated sizes (layers of
+    one shape), addresses reused, cut mid-run; some blocks stay live throughout."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([512, 4096, 1 << 20, 3 << 20, 8 << 20]) + rng.randrange(8) for _ in range(40)]
+    live = {a: rng.choice(sizes) for a in range(1, 40)}
+    history = []
+    for _ in range(events):
+        if live and rng.random() < (0.45 if len(live) < 300 else 0.6):
+            a = rng.choice(list(live))
+            history.append(("free", a, live.pop(a)))
+        else:
+            a = rng.choice([a for a in range(1, 600) if a not in live])
+            live[a] = rng.choice(sizes)
+            history.append(("alloc", a, live[a]))
+    trace = []
+    for action, a, size in history[events // 3:]:
+        trace += alloc(a, size) if action == "alloc" else free(a, size)
+    return snapshot(trace, live)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_blocks_pair_only_the_largest_sizes_and_match_pairing_everything(seed, monkeypatch):
+    from memsnap_magic import analysis
+
+    s = summarize(long_window(seed))
+    read = []
+    addresses = analysis._addresses
+    monkeypatch.setattr(analysis, "_addresses", lambda trace, entries: read.append(len(entries))
+                        or addresses(trace, entries))
+    for at in (s.peak_index, -1, len(s.allocated) // 2):
+        everything = analysis.alive_at(s, index=at, top=0)
+        assert sum(b["size"] for b in everything) == (s.allocated[at] if at >= 0 else s.baseline_allocated)
+        for top in (1, 3, 10):
+            read.clear()
+            assert analysis.alive_at(s, index=at, top=top) == everything[:top]
+            if top < 10:
+                assert sum(read) < len(s.allocated)  # not every event's address was read
+
+
+def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
+    from memsnap_magic.analysis import alive_at
+
+    trace = alloc(0x1, 10) + alloc(0x2, 20) + alloc(0x3, 30)
+    for i in range(1000):  # temporaries, each larger than the last, freed right away
+        trace += alloc(0x1000 + i, MiB + i) + free(0x1000 + i, MiB + i)
+    s = summarize(snapshot(trace, {0x1: 10, 0x2: 20, 0x3: 30}))
+    assert s.peak_allocated == 60 + MiB + 999
+    assert [b["size"] for b in alive_at(s, top=3)] == [MiB + 999, 30, 20]
+
+
+def test_an_end_state_that_contradicts_the_trace_pairs_every_event():
+    # recording paused: the block the trace allocated was freed unseen, so the end state lacks it
+    trace = alloc(0x1, 100) + free(0xA, 30) + alloc(0x2, 50)
+    snap = snapshot(trace, {0x2: 50})
+    s = summarize(snap)
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0) == (30, 150, 150)
+
+
+def test_old_files_without_requested_sizes_pair_every_event():
+    # the end state gives rounded sizes only; the trace's requested ones must not leak into the baseline
+    trace = alloc(0x1, 300) + free(0xA, 1000) + alloc(0x2, 700)
+    snap = snapshot(trace, {0x1: 512, 0x2: 1024, 0xB: 2048})
+    for seg in snap["segments"]:
+        del seg["blocks"][0]["requested_size"]
+    s = summarize(snap)
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0) == (3048, 3348, 3048)
 
 
 def test_entries_without_time_us_carry_the_last_time_forward():
