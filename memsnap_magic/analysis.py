@@ -41,9 +41,12 @@ class Summary:
     # per replayed event: +1 alloc / -1 free, requested size, index of its trace entry
     events: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=(_EMPTY, _EMPTY, _EMPTY), repr=False)
     trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    # the device's allocated blocks at the snapshot's end: (address, requested size, block dict)
-    end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]] = field(
-        default=(np.zeros(0, dtype=np.uint64), _EMPTY, []), repr=False)
+    segments: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the snapshot's end state
+
+    @cached_property
+    def end(self) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """The device's allocated blocks at the snapshot's end: address, requested size, block dict."""
+        return _end_blocks(self.segments, self.device)
 
     @cached_property
     def time_us(self) -> np.ndarray:
@@ -116,29 +119,46 @@ def _trace_events(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, 
     return sign, _column(trace, "size", 0)[entry], entry
 
 
-def _end_state(snap: dict[str, Any], device: int) -> tuple[tuple[np.ndarray, np.ndarray, list[dict[str, Any]]],
-                                                            np.ndarray, bool]:
-    """The device's blocks at the snapshot's end: the allocated ones (address, requested size,
-    block dict), the requested sizes of those pending a free, and whether every allocated block
-    had its requested size (old files give only the rounded one)."""
-    addrs, sizes, blocks, pending, exact = [], [], [], [], True
-    for seg in snap["segments"]:
+def _end_bytes(segments: list[dict[str, Any]], device: int) -> tuple[int, np.ndarray, bool]:
+    """Requested bytes of the device's allocated blocks at the snapshot's end, the requested
+    sizes of the blocks pending a free, and whether every size was a requested one (old files
+    give only the rounded one). A segment's own sums answer unless it holds a pending block."""
+    total, pending, exact = 0, [], True
+    for seg in segments:
         if seg["device"] != device:
             continue
-        a = seg["address"]
+        allocated = seg.get("allocated_size")
+        if "requested_size" in seg and allocated is not None and seg.get("active_size") == allocated:
+            total += seg["requested_size"]  # summed over active blocks, here all allocated
+            continue
         for b in seg["blocks"]:
             state = b["state"]
             if state == "active_allocated":
                 requested = b.get("requested_size")
                 exact = exact and bool(requested)
-                addrs.append(a)
-                sizes.append(requested or b["size"])
-                blocks.append(b)
+                total += requested or b["size"]
             elif state == "active_pending_free":
                 pending.append(b.get("requested_size") or b["size"])
+    return total, np.asarray(pending, dtype=np.int64), exact
+
+
+def _end_blocks(segments: list[dict[str, Any]], device: int, at_least: int = 0
+                ) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """(address, requested size, block dict) of the device's allocated blocks at the snapshot's
+    end, those of ``at_least`` bytes (segments smaller than that are skipped whole)."""
+    addrs, sizes, blocks = [], [], []
+    for seg in segments:
+        if seg["device"] != device or seg.get("total_size", at_least) < at_least:
+            continue
+        a = seg["address"]
+        for b in seg["blocks"]:
+            size = b.get("requested_size") or b["size"]
+            if b["state"] == "active_allocated" and size >= at_least:
+                addrs.append(a)
+                sizes.append(size)
+                blocks.append(b)
             a += b["size"]
-    end = (np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks)
-    return end, np.asarray(pending, dtype=np.int64), exact
+    return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks
 
 
 def _by_address(trace: list[dict[str, Any]], entry: np.ndarray, sel: np.ndarray
@@ -185,7 +205,8 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     events = sign, size, entry = _trace_events(trace)
     steps = np.cumsum(sign * size)
     net, low = (int(steps[-1]), int(steps.min())) if len(steps) else (0, 0)
-    end, pending, exact = _end_state(snap, device)
+    segments = snap["segments"]
+    end_bytes, pending, exact = _end_bytes(segments, device)
 
     # What the window started with: what it ended with, less what it added. A block pending a
     # free is allocated for the replay but not in the end's allocated blocks, so the blocks of
@@ -197,13 +218,13 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         suspects = np.flatnonzero(np.isin(size, pending))
     else:
         suspects = _EMPTY
-    baseline = int(end[1].sum()) - net
+    baseline = end_bytes - net
     if len(suspects):
-        baseline += _left_by_trace(trace, events, suspects, end)
+        baseline += _left_by_trace(trace, events, suspects, _end_blocks(segments, device))
     if baseline + min(low, 0) < 0 and len(suspects) < len(sign):
         # the end state contradicts the trace (recording paused, say): pair every event, as
         # memory_viz does, and count what the trace freed but never allocated as the baseline
-        baseline = int(end[1].sum()) - net + _left_by_trace(trace, events, everything, end)
+        baseline = end_bytes - net + _left_by_trace(trace, events, everything, _end_blocks(segments, device))
 
     allocated = baseline + steps
     if len(allocated) and allocated.max() > baseline:
@@ -214,7 +235,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     end_allocated = int(allocated[-1]) if len(allocated) else baseline
     return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
                    end_allocated=end_allocated, trace_entries=len(trace), allocated=allocated,
-                   peak_index=peak_index, events=events, trace=trace, end=end)
+                   peak_index=peak_index, events=events, trace=trace, segments=segments)
 
 
 _LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
@@ -229,7 +250,7 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
     ``top`` blocks are found; ``top=0`` pairs them all.
     """
     p = summary.peak_index if index is None else index
-    size, end_size = summary.events[1], summary.end[1]
+    size = summary.events[1]
     m = len(size)
     look = top * _LOOK_PER_BLOCK
     while top and look < m:
@@ -237,17 +258,17 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
         sel = np.flatnonzero(size >= cut)
         if len(sel) > len(summary.trace) // _SPARSE:  # no cheaper than pairing every event
             break
-        items = _alive_among(summary, p, sel, end_size >= cut, top)
+        items = _alive_among(summary, p, sel, _end_blocks(summary.segments, summary.device, cut), top)
         if len(items) >= top:  # every block of size >= cut is here, and none smaller can rank
             return items[:top]
         look *= 8
-    items = _alive_among(summary, p, np.arange(m), np.ones(len(end_size), dtype=bool), top)
+    items = _alive_among(summary, p, np.arange(m), summary.end, top)
     return items[:top] if top else items
 
 
-def _alive_among(summary: Summary, p: int, sel: np.ndarray, end_keep: np.ndarray,
-                 top: int) -> list[dict[str, Any]]:
-    """``alive_at`` over the events ``sel`` and the end-state blocks ``end_keep`` only."""
+def _alive_among(summary: Summary, p: int, sel: np.ndarray,
+                 end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]], top: int) -> list[dict[str, Any]]:
+    """``alive_at`` over the events ``sel`` and the end-state blocks ``end`` only."""
     sign, size, entry = summary.events
     sign, size = sign[sel], size[sel]
     order, a, first_sorted, last_sorted = _by_address(summary.trace, entry, sel)
@@ -272,8 +293,8 @@ def _alive_among(summary: Summary, p: int, sel: np.ndarray, end_keep: np.ndarray
     # end-state blocks the trace never allocated (or freed and did not allocate again)
     tail = order[last_sorted]
     live_addr = a[last_sorted][sign[tail] > 0]  # ascending
-    end_addr, end_size, end_blocks = summary.end
-    kept = np.flatnonzero(end_keep & ~_sorted_contains(live_addr, end_addr))
+    end_addr, end_size, end_blocks = end
+    kept = np.flatnonzero(~_sorted_contains(live_addr, end_addr))
     kept = kept[np.argsort(-end_size[kept], kind="stable")]
     if top:
         kept = kept[:top]

@@ -115,6 +115,7 @@ def busy_windows(draw):
     """Several devices; frees requested long before they complete (record_stream); the window
     cut mid-run and truncated like a full ring buffer (only the newest entries kept)."""
     devices = draw(st.integers(1, 3))
+    sums = draw(st.booleans())  # segments carry their own byte sums, as PyTorch writes them
     traces, segments = [], []
     for d in range(devices):
         live: dict[int, int] = {}
@@ -139,9 +140,11 @@ def busy_windows(draw):
         keep = draw(st.integers(0, len(trace)))
         traces.append(trace[len(trace) - keep:])
         segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
+                      **({"allocated_size": s, "active_size": s, "requested_size": s} if sums else {}),
                       "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}]}
                      for a, s in live.items()]
         segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
+                      **({"allocated_size": 0, "active_size": s, "requested_size": s} if sums else {}),
                       "blocks": [{"size": s, "requested_size": s, "state": "active_pending_free"}]}
                      for a, s in pending]
     return {"segments": segments, "device_traces": traces}
