@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("summarize_vs_pickle_load", "load_snapshot_vs_pickle_load", "summarize_scale", "cell_overhead",
+ROWS = ("summarize_vs_pickle_load", "summarize_real_vs_pickle_load", "load_snapshot_vs_pickle_load",
+        "summarize_scale", "cell_overhead",
         "first_cell", "dump_vs_pickle_dump", "session_memory", "snapshot_size_reset",
         "snapshot_size_cumulative", "dashboard_refresh", "dashboard_first_render")
 
