@@ -42,6 +42,7 @@ class Summary:
     events: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=(_EMPTY, _EMPTY, _EMPTY), repr=False)
     trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
     segments: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the snapshot's end state
+    requested_sizes: bool = True  # False: an old file whose end state gives only rounded sizes
 
     @cached_property
     def end(self) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
@@ -100,9 +101,10 @@ _SPARSE = 8
 def _addresses(trace: list[dict[str, Any]], entries: np.ndarray) -> np.ndarray:
     """``addr`` of some trace entries (alloc and free entries always carry one)."""
     if len(entries) > len(trace) // _SPARSE:
-        return _column(trace, "addr", 0, np.uint64)[entries]
+        return _column(trace, "addr", 0)[entries].astype(np.uint64)
     rows = map(trace.__getitem__, entries.tolist())
-    return np.fromiter(map(itemgetter("addr"), rows), dtype=np.uint64, count=len(entries))
+    # read as int64, as PyTorch writes them (int64_t(ptr)), then compared as unsigned
+    return np.fromiter(map(itemgetter("addr"), rows), dtype=np.int64, count=len(entries)).astype(np.uint64)
 
 
 def _trace_events(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -235,7 +237,8 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     end_allocated = int(allocated[-1]) if len(allocated) else baseline
     return Summary(device=device, baseline_allocated=baseline, peak_allocated=peak,
                    end_allocated=end_allocated, trace_entries=len(trace), allocated=allocated,
-                   peak_index=peak_index, events=events, trace=trace, segments=segments)
+                   peak_index=peak_index, events=events, trace=trace, segments=segments,
+                   requested_sizes=exact)
 
 
 _LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
@@ -249,11 +252,14 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
     With ``top``, only events of the largest sizes are paired by address, widening until
     ``top`` blocks are found; ``top=0`` pairs them all.
     """
+    if top < 0:
+        raise ValueError(f"top must be 0 (every block) or more, not {top}")
     p = summary.peak_index if index is None else index
     size = summary.events[1]
     m = len(size)
     look = top * _LOOK_PER_BLOCK
-    while top and look < m:
+    # pairing by size needs the end state's sizes to be the trace's (requested) ones
+    while top and look < m and summary.requested_sizes:
         cut = np.partition(size, m - look)[m - look]  # the look-th largest size
         sel = np.flatnonzero(size >= cut)
         if len(sel) > len(summary.trace) // _SPARSE:  # no cheaper than pairing every event

@@ -244,6 +244,26 @@ def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
     assert [b["size"] for b in alive_at(s, top=3)] == [MiB + 999, 30, 20]
 
 
+def test_top_blocks_of_an_old_file_without_requested_sizes_match_pairing_everything():
+    # the end state's 512 B block is the trace's 500 B alloc: pairing by size would miss them
+    from memsnap_magic.analysis import alive_at
+
+    trace = alloc(0x1, 500)
+    for i in range(32):
+        trace += alloc(0x1000 + i, 510) + free(0x1000 + i, 510)
+    for i in range(300):
+        trace += alloc(0x9000 + i, 10) + free(0x9000 + i, 10)
+    snap = snapshot(trace, {0x1: 512})
+    del snap["segments"][0]["blocks"][0]["requested_size"]
+    s = summarize(snap)
+    assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == reference(snap, 0)
+    for at in (-1, len(s.allocated) - 1):
+        assert alive_at(s, index=at, top=1) == alive_at(s, index=at, top=0)[:1]
+    assert alive_at(s, index=-1, top=1) == []
+    with pytest.raises(ValueError, match="top must be 0"):
+        alive_at(s, top=-1)
+
+
 def test_an_end_state_that_contradicts_the_trace_pairs_every_event():
     # recording paused: the block the trace allocated was freed unseen, so the end state lacks it
     trace = alloc(0x1, 100) + free(0xA, 30) + alloc(0x2, 50)
