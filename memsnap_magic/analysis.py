@@ -213,9 +213,8 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     # What the window started with: what it ended with, less what it added. A block pending a
     # free is allocated for the replay but not in the end's allocated blocks, so the blocks of
     # the pending sizes are paired by address to add the trace's own back.
-    everything = np.arange(len(sign))
     if not exact:  # end sizes are rounded where the trace's are requested: pair every event
-        suspects = everything
+        suspects = np.arange(len(sign))
     elif len(pending):
         suspects = np.flatnonzero(np.isin(size, pending))
     else:
@@ -226,6 +225,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
     if baseline + min(low, 0) < 0 and len(suspects) < len(sign):
         # the end state contradicts the trace (recording paused, say): pair every event, as
         # memory_viz does, and count what the trace freed but never allocated as the baseline
+        everything = np.arange(len(sign))
         baseline = end_bytes - net + _left_by_trace(trace, events, everything, _end_blocks(segments, device))
 
     allocated = baseline + steps
