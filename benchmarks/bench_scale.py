@@ -48,10 +48,8 @@ def run(ctx: Context) -> list[Row]:
     calls = {n: max(1, sizes[-1] // n) for n in sizes}  # every sample covers as many entries
     full: dict[int, list[dict[str, Any]]] = {}
     bare: dict[int, list[dict[str, Any]]] = {}  # the same end state, no trace
-    segments = {}
     for n in sizes:  # the generated snapshot stays alive, so every copy lies in fresh memory
         snap = make_snapshot(n, frames=1, seed=n)
-        segments[n] = len(snap["segments"])
         blob = pickle.dumps(snap, protocol=4)
         full[n] = [pickle.loads(blob) for _ in range(min(calls[n], -(-100_000 // n)))]
         blob = pickle.dumps(dict(snap, device_traces=[[]]), protocol=4)
@@ -80,7 +78,7 @@ def run(ctx: Context) -> list[Row]:
                 f"summarize at {', '.join(f'{n:,}' for n in sizes)} entries (1 frame each)",
                 value, "x", "<= 1.5x", value <= 1.5,
                 {"ns_per_entry": ns, "end_state_ms": {str(n): round(t * 1e3, 3) for n, t in fixed.items()},
-                 "segments": {str(n): s for n, s in segments.items()},
+                 "segments": {str(n): len(full[n][0]["segments"]) for n in sizes},
                  "ns_per_trace_entry": {str(n): round(t * 1e9, 1) for n, t in per_entry.items()},
                  "ratio_per_trace_entry": trace_ratio, "times_s": times, "calls_per_sample": calls,
                  "repeats": 3 * ctx.repeats, "frames_per_entry": 1}, note=note)]

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import io
 import os
+import pickle
 import random
 import statistics
 import sys
@@ -206,8 +207,6 @@ def tiled_cuda_snapshot(entries: int) -> dict[str, Any]:
     front of its end state; entries share the recorded frame dicts and lists as PyTorch's own
     files do, which makes ``pickle.load`` cheaper per entry than for ``make_snapshot``'s.
     """
-    import pickle
-
     snap = pickle.loads((REPO_ROOT / "tests" / "data" / "cuda_step.pickle").read_bytes())
     trace = snap["device_traces"][0]
     allocated = {e["addr"] for e in trace if e["action"] == "alloc"}
