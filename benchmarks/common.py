@@ -236,10 +236,11 @@ def drop_cached() -> None:
 
 
 def interval_from(snap: dict[str, Any], step: int, path: Path | None = None) -> Any:
-    """The ``Interval`` ``Recorder._finish`` builds from ``snap`` (the same function)."""
-    from memsnap_magic.session_state import interval_from_snapshot
+    """The ``Interval`` ``Recorder._finish`` builds from ``snap`` (the same function), as step ``step``."""
+    from memsnap_magic.intervals import interval_from_snapshot
+    from memsnap_magic.layout import META_KEY, Meta
 
-    return interval_from_snapshot(snap, step=step, rank=0, device="cpu", path=path)
+    return interval_from_snapshot({**snap, META_KEY: Meta(step=step, rank=0, device="cpu").to_dict()}, path)
 
 
 # --------------------------------------------------------------------------- IPython cells

@@ -234,25 +234,25 @@ def device_key(plan: Plan) -> str:
 
 def use_route(plan: Plan, route: str) -> None:
     """Stop any recording and make the next cells use ``route`` ("default" or "toggle")."""
-    from memsnap_magic import backends
+    from memsnap_magic.state import STATE
 
-    backends.stop_all()
+    STATE.stop_all()
     if plan.device != "cuda":
         return  # the CPU backend has a single route: restart the profiler
     from memsnap_magic.backends.accelerator import AcceleratorBackend
 
     key = device_key(plan)
     if route == "default":
-        backends._live.pop(key, None)  # the magic builds it as usual (clear_route="auto")
+        STATE.backends.pop(key, None)  # the magic builds it as usual (clear_route="auto")
     else:
-        backends._live[key] = AcceleratorBackend("cuda", torch.cuda.current_device(), torch.cuda,
+        STATE.backends[key] = AcceleratorBackend("cuda", torch.cuda.current_device(), torch.cuda,
                                                  torch.cuda.memory, clear_route=route)
 
 
 def current_route(plan: Plan) -> str:
-    from memsnap_magic import backends
+    from memsnap_magic.state import STATE
 
-    backend = backends._live.get(device_key(plan))
+    backend = STATE.backends.get(device_key(plan))
     if backend is None:
         return "none"
     return getattr(backend, "clear_route", "cpu-profiler")
@@ -907,9 +907,9 @@ def run_section(state: State, name: str, fn: Callable[[State], None]) -> None:
     finally:
         signal.alarm(0)
         with contextlib.suppress(Exception):
-            from memsnap_magic import backends
+            from memsnap_magic.state import STATE
 
-            backends.stop_all()  # never leave recording on for the next section
+            STATE.stop_all()  # never leave recording on for the next section
         state.results["sections"][name] = {"ok": ok, "elapsed_s": round(time.perf_counter() - t0, 3)}
         state.results["checks"] = summarize_checks(state.results)
         write_json(state)

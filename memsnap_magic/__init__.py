@@ -16,15 +16,18 @@ _LAZY = {
     "Recorder": "recorder", "mark": "recorder",
     "SnapshotError": "snapshot", "load_snapshot": "snapshot", "dump_snapshot": "snapshot",
     "summarize": "analysis", "Summary": "analysis",
-    "session": "session_state", "Session": "session_state", "Interval": "session_state",
+    "session": "state", "Session": "session_state", "Interval": "intervals", "Options": "options",
     "dashboard": "widget", "Dashboard": "widget",
 }
 
 if TYPE_CHECKING:
     from .analysis import Summary, summarize
+    from .intervals import Interval
+    from .options import Options
     from .recorder import Recorder, mark
-    from .session_state import Interval, Session, session
+    from .session_state import Session
     from .snapshot import SnapshotError, dump_snapshot, load_snapshot
+    from .state import session
     from .widget import Dashboard, dashboard
 
 
@@ -53,11 +56,11 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
-    from .backends import stop_all
     from .execute import SyntaxCheck
     from .recorder import mark
+    from .state import STATE
 
-    stop_all()
+    STATE.stop_all()
     cleanup = getattr(ipython, "input_transformers_cleanup", [])
     cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
     if ipython.user_ns.get("mark") is mark:

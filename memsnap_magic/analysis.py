@@ -15,7 +15,6 @@ sizes in question.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
@@ -24,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from .figures import Figures
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(Figures):
     """One device's interval figures, in requested bytes, plus the arrays a plot needs."""
 
     device: int
@@ -66,15 +67,6 @@ class Summary:
         if None in times:
             return self.time_us[index]
         return np.asarray(times, dtype=np.int64)
-
-    @property
-    def peak_increase(self) -> int:
-        return self.peak_allocated - self.baseline_allocated
-
-    @property
-    def kept(self) -> int:
-        """Allocated at the end minus at the start: what the interval left behind (a leak)."""
-        return self.end_allocated - self.baseline_allocated
 
 
 def pick_device(snap: dict[str, Any]) -> int:
@@ -308,40 +300,6 @@ def _alive_among(summary: Summary, p: int, sel: np.ndarray,
                "frames": list(end_blocks[i].get("frames", []))} for i in kept.tolist()]
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
     return items
-
-
-_INPUT = re.compile(r"^<ipython-input-(\d+)-")
-_RUNS_CELLS = re.compile(r"[/\\]memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
-_SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
-
-
-def _is_cell_frame(frame: dict[str, Any]) -> bool:
-    name = str(frame.get("filename", ""))
-    return name.startswith("<ipython-input-") or "/ipykernel_" in name
-
-
-def _where(frame: dict[str, Any]) -> str:
-    name = str(frame.get("filename", "?"))
-    cell = _INPUT.match(name)
-    if cell:
-        return f"cell In[{cell.group(1)}]"
-    if _is_cell_frame(frame):
-        return "notebook cell"
-    return _SITE.sub("", name)
-
-
-def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
-    """A few readable frames: the notebook's cells first, then the innermost others.
-
-    A stack recorded under ``%%memsnap`` continues past the user's cell into the magic, IPython
-    and the kernel; from the frame that runs the cell's body outwards it says nothing about the
-    user's code, so it is dropped (the ``%%memsnap`` line's own cell with it).
-    """
-    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(str(f.get("filename", "")))),
-                 len(frames))
-    frames = frames[:outer]
-    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    return [f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})" for f in ordered[:limit]]
 
 
 def decimate_index(y: np.ndarray, points: int = 2000) -> np.ndarray:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from typing import Any, NoReturn, Sequence
 
 from .snapshot import SnapshotError
-from .units import fmt_bytes
+from .text import fmt_bytes, interval_table
 
 _RECORD_KEYS = ("step", "rank", "device", "tag", "path", "baseline_allocated", "peak_allocated",
                 "peak_increase", "kept", "end_allocated", "trace_entries", "error")
@@ -30,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _session(paths: Sequence[str]) -> Any:
-    from .files import read_intervals
+    from .intervals import read_intervals
     from .session_state import Session
 
     s = Session()
@@ -46,7 +45,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
         json.dump(records, sys.stdout, indent=1)
         print()
     else:
-        print(s.table())
+        print(interval_table(s.intervals))
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
@@ -60,26 +59,10 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
 
 
-def _site(block: dict[str, Any]) -> str:
-    from .analysis import frame_lines
-
-    lines = frame_lines(block.get("frames", []), limit=1)
-    if lines:
-        return lines[0]
-    return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
-
-
-def site_bytes(blocks: list[dict[str, Any]]) -> dict[str, int]:
-    """Bytes alive at the peak per allocation site (the first frame, notebook cells first)."""
-    sites: dict[str, int] = defaultdict(int)
-    for b in blocks:
-        sites[_site(b)] += b["size"]
-    return dict(sites)
-
-
 def cmd_diff(args: argparse.Namespace) -> None:
     from .analysis import alive_at, summarize
     from .snapshot import load_snapshot
+    from .text import site_bytes
 
     figures, sites = [], []
     for path in (args.a, args.b):

@@ -1,26 +1,34 @@
-"""IPython glue: ``%%memsnap`` (record one cell) and ``%memsnap`` (configure, list, stop).
+"""IPython glue: ``%%memsnap`` (record one cell) and ``%memsnap`` (configure, list, load, stop).
 
 Thin on purpose: options come from ``options``, the work from ``recorder``, the cell runs through
-``execute`` exactly as IPython would run it.
+``execute`` exactly as IPython would run it, words come from ``text``. A new ``%memsnap``
+subcommand is one method and one row of ``COMMANDS``; help and errors follow from the table.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from . import options
 from .execute import CellCode
-
-_LINE_COMMANDS = ("show", "load", "config", "list", "reset", "off")
+from .state import STATE
 
 
 def _print_report(iv: Any, previous: Any) -> None:
-    from .session_state import describe
+    from .text import describe
 
     print(describe(iv, previous))
+
+
+def _parse(parse: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    try:
+        return parse(*args, **kwargs)
+    except options.OptionError as e:
+        raise UsageError(str(e)) from None
 
 
 @magics_class
@@ -31,9 +39,7 @@ class MemsnapMagics(Magics):
 
         Cell magic::
 
-            %%memsnap [step=N] [steps=1,5,10] [out=DIR] [tag=NAME] [device=auto|cpu|cuda|cuda:K|xpu|npu]
-                      [rank=R] [max_entries=N] [context=all|alloc|state|none] [stacks=python|all]
-                      [clear=true|false]
+            {usage}
             loss = model(batch).loss; loss.backward(); opt.step()
 
         Recording starts with a fresh history, the cell runs exactly as without the magic (same
@@ -48,12 +54,7 @@ class MemsnapMagics(Magics):
 
         Line magic::
 
-            %memsnap show                   dashboard: per-step vs cumulative peaks, step detail
-            %memsnap load PATH ...          bring existing dumps (files or folders, verl's layout) in
-            %memsnap config key=value ...   session defaults for the options below
-            %memsnap list                   table of the recorded intervals
-            %memsnap reset                  forget the intervals (files stay)
-            %memsnap off                    stop any recording left on by clear=false
+            {commands}
 
         Options:
         """
@@ -61,13 +62,10 @@ class MemsnapMagics(Magics):
             return self._line(line)
         __tracebackhide__ = True  # noqa: F841
         from .recorder import Recorder
-        from .session_state import session
 
-        opts = self._parse(line, session().defaults, "%%memsnap")
-        if opts["steps"] is None and opts["step"] is None:
-            opts["step"] = session().next_step()
+        opts = _parse(options.parse, line, STATE.session.defaults, "%%memsnap")
         code = CellCode(self.shell, f"%%memsnap {line}".rstrip(), cell)
-        recorder = Recorder(**opts, namespace=self.shell.user_ns, report=_print_report)
+        recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
         if not self._start(recorder):
             return code.run()
         error: BaseException | None = None
@@ -78,32 +76,6 @@ class MemsnapMagics(Magics):
             raise
         finally:
             recorder.stop(error)
-
-    @staticmethod
-    def _parse(line: str, defaults: dict[str, Any], prog: str) -> dict[str, Any]:
-        try:
-            return options.parse(line, defaults, prog=prog)
-        except options.OptionError as e:
-            raise UsageError(str(e)) from None
-
-    @staticmethod
-    def _load(rest: str, s: Any) -> None:
-        import shlex
-
-        from .files import read_intervals
-        from .snapshot import SnapshotError
-
-        try:
-            paths = shlex.split(rest)
-            if not paths:
-                raise UsageError("%memsnap load: give one or more snapshot files or folders")
-            loaded = [s.add(iv) for iv in read_intervals(paths)]
-        except (SnapshotError, ValueError) as e:
-            raise UsageError(f"%memsnap load: {e}") from None
-        steps = sorted({iv.step for iv in loaded})
-        ranks = sorted({iv.rank for iv in loaded})
-        print(f"memsnap: loaded {len(loaded)} snapshot(s): steps {', '.join(map(str, steps))}; "
-              f"ranks {', '.join(map(str, ranks))}")
 
     @staticmethod
     def _start(recorder: Any) -> bool:
@@ -124,40 +96,80 @@ class MemsnapMagics(Magics):
         return True
 
     def _line(self, line: str) -> None:
-        from .backends import stop_all
-        from .session_state import session
+        name, _, rest = line.strip().partition(" ")
+        command = COMMANDS.get(name)
+        if command is None:
+            raise UsageError(f"%memsnap: unknown command {name!r} (allowed: {', '.join(COMMANDS)}); "
+                             "%%memsnap records a cell")
+        command.run(self, rest)
 
-        command, _, rest = line.strip().partition(" ")
-        s = session()
-        if command == "show":
-            from IPython.display import display
+    def _show(self, rest: str) -> None:
+        from IPython.display import display
 
-            from .widget import dashboard
+        from .widget import dashboard
 
-            display(dashboard(s))
-        elif command == "load":
-            self._load(rest, s)
-        elif command == "config":
-            if rest.strip():
-                try:
-                    given = options.parse_given(rest, prog="%memsnap config")
-                except options.OptionError as e:
-                    raise UsageError(str(e)) from None
-                s.defaults.update(given)
-            shown = {k: s.defaults.get(k, o.default) for k, o in options.OPTIONS.items()}
-            print("memsnap defaults: " + " ".join(f"{k}={v}" for k, v in shown.items() if v is not None))
-        elif command == "list":
-            print(s.table())
-        elif command == "reset":
-            s.reset()
-            print("memsnap: intervals forgotten (files on disk are kept)")
-        elif command == "off":
-            stopped = stop_all()
-            print("memsnap: stopped recording on " + ", ".join(stopped) if stopped
-                  else "memsnap: nothing was recording")
-        else:
-            raise UsageError(f"%memsnap: unknown command {command!r} (allowed: "
-                             f"{', '.join(_LINE_COMMANDS)}); %%memsnap records a cell")
+        display(dashboard(STATE.session))
+
+    def _load(self, rest: str) -> None:
+        import shlex
+
+        from .intervals import read_intervals
+        from .snapshot import SnapshotError
+        from .text import loaded_line
+
+        try:
+            paths = shlex.split(rest)
+            if not paths:
+                raise UsageError("%memsnap load: give one or more snapshot files or folders")
+            loaded = [STATE.session.add(iv) for iv in read_intervals(paths)]
+        except (SnapshotError, ValueError) as e:
+            raise UsageError(f"%memsnap load: {e}") from None
+        print(loaded_line(loaded))
+
+    def _config(self, rest: str) -> None:
+        defaults = STATE.session.defaults
+        if rest.strip():
+            defaults.update(_parse(options.parse_given, rest, prog="%memsnap config"))
+        shown = {key: defaults.get(key, opt.default) for key, opt in options.OPTIONS.items()}
+        print("memsnap defaults: " + " ".join(f"{k}={v}" for k, v in shown.items() if v is not None))
+
+    def _list(self, rest: str) -> None:
+        from .text import interval_table
+
+        print(interval_table(STATE.session.intervals))
+
+    def _reset(self, rest: str) -> None:
+        STATE.session.reset()
+        print("memsnap: intervals forgotten (files on disk are kept)")
+
+    def _off(self, rest: str) -> None:
+        stopped = STATE.stop_all()
+        print("memsnap: stopped recording on " + ", ".join(stopped) if stopped else "memsnap: nothing was recording")
 
 
-MemsnapMagics.memsnap.__doc__ = (MemsnapMagics.memsnap.__doc__ or "") + "\n" + options.help_text()
+@dataclass(frozen=True)
+class Command:
+    run: Callable[[MemsnapMagics, str], None]
+    usage: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "show": Command(MemsnapMagics._show, "show", "dashboard: per-step vs cumulative peaks, step detail"),
+    "load": Command(MemsnapMagics._load, "load PATH ...", "bring existing dumps (files or folders, verl's layout) in"),
+    "config": Command(MemsnapMagics._config, "config key=value ...", "session defaults for the options below"),
+    "list": Command(MemsnapMagics._list, "list", "table of the recorded intervals"),
+    "reset": Command(MemsnapMagics._reset, "reset", "forget the intervals (files stay)"),
+    "off": Command(MemsnapMagics._off, "off", "stop any recording left on by clear=false"),
+}
+
+
+def _docstring() -> str:
+    indent = " " * 12
+    commands = f"\n{indent}".join(f"%memsnap {c.usage:<24}{c.help}" for c in COMMANDS.values())
+    usage = options.usage().replace("\n", "\n" + indent)
+    doc = (MemsnapMagics.memsnap.__doc__ or "").replace("{usage}", usage).replace("{commands}", commands)
+    return doc + "\n" + options.help_text(indent=8)
+
+
+MemsnapMagics.memsnap.__doc__ = _docstring()

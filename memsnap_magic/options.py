@@ -1,140 +1,210 @@
-"""The one table of ``%%memsnap`` options: defaults, parsing and help text.
+"""The one table of ``%%memsnap`` options: defaults, conversion, help text, usage line.
 
-Options are ``key=value`` tokens (``%%memsnap step=5 out=runs``); IPython's argparse-based
-``magic_arguments`` cannot parse that, so this module does. It raises ``OptionError`` (a
-``ValueError``); the magic turns it into IPython's ``UsageError``, scripts see a ``ValueError``.
+``Options`` is that table: each field's default, how its value is read, what is allowed and its
+help. The magic reads ``key=value`` tokens (``%%memsnap step=5 out=runs``; IPython's argparse-based
+``magic_arguments`` cannot parse that); ``Recorder(step=5, out=path)`` hands Python values, each
+checked directly. Both raise ``OptionError`` (a ``ValueError``); the magic turns it into IPython's
+``UsageError``. A new option is one field here, plus the code that uses it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Any, Callable
+import textwrap
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, Mapping
 
-DEVICE_RE = re.compile(r"^(auto|cpu|cuda|xpu|npu)(:\d+)?$")
-TAG_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-DEFAULT_OUT = "memsnap"
+from .backends.registry import KINDS
 
 
 class OptionError(ValueError):
     """A ``%%memsnap`` option the user wrote is unknown or has a bad value."""
 
 
-def _int(text: str, lowest: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("not an integer") from None
-    if value < lowest:
-        raise ValueError(f"must be >= {lowest}")
-    return value
+class Kind:
+    """How one option's values are read: ``parse`` a token's text, ``coerce`` a Python value."""
+
+    allowed = ""  # what the user may write, for help and errors
+    metavar = ""  # the placeholder in the usage line; choices list themselves
+
+    def parse(self, text: str) -> Any:
+        return self.check(text)
+
+    def coerce(self, value: Any) -> Any:
+        return self.parse(value) if isinstance(value, str) else self.check(value)
+
+    def check(self, value: Any) -> Any:
+        return value
 
 
-def _step(text: str) -> int:
-    return _int(text, 0)
+class Integer(Kind):
+    def __init__(self, lowest: int, metavar: str = "N") -> None:
+        self.lowest, self.metavar = lowest, metavar
+        self.allowed = f"an integer >= {lowest}"
+
+    def parse(self, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError("not an integer") from None
+        return self.check(value)
+
+    def check(self, value: Any) -> int:
+        if type(value) is bool or not hasattr(value, "__index__"):
+            raise ValueError("not an integer")
+        value = int(value)
+        if value < self.lowest:
+            raise ValueError(f"must be >= {self.lowest}")
+        return value
 
 
-def _positive(text: str) -> int:
-    return _int(text, 1)
+class Steps(Kind):
+    allowed, metavar = "comma-separated integers", "1,5,10"
+    _one = Integer(0)
+
+    def parse(self, text: str) -> tuple[int, ...]:
+        return self.check([self._one.parse(p.strip()) for p in text.split(",") if p.strip()])
+
+    def check(self, value: Any) -> tuple[int, ...]:
+        if not isinstance(value, Iterable):
+            raise ValueError("not a list of steps")
+        steps = tuple(sorted({self._one.check(v) for v in value}))
+        if not steps:
+            raise ValueError("empty list")
+        return steps
 
 
-def _steps(text: str) -> tuple[int, ...]:
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("empty list")
-    return tuple(sorted({_step(p.strip()) for p in parts}))
+class Choice(Kind):
+    def __init__(self, *values: str) -> None:
+        self.values = values
+        self.allowed, self.metavar = ", ".join(values), "|".join(values)
 
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def convert(text: str) -> str:
-        if text not in allowed:
+    def check(self, value: Any) -> str:
+        if value not in self.values:
             raise ValueError("not one of the allowed values")
-        return text
-
-    return convert
+        return value
 
 
-def _bool(text: str) -> bool:
-    low = text.lower()
-    if low in ("true", "1", "yes", "on"):
-        return True
-    if low in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("not a boolean")
+class Boolean(Kind):
+    allowed, metavar = "true, false", "true|false"
+    _words = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+    def parse(self, text: str) -> bool:
+        if text.lower() not in self._words:
+            raise ValueError("not a boolean")
+        return self._words[text.lower()]
+
+    def check(self, value: Any) -> bool:
+        if type(value) is not bool:
+            raise ValueError("not a boolean")
+        return value
 
 
-def _device(text: str) -> str:
-    if not DEVICE_RE.match(text) or text.startswith("auto:") or text.startswith("cpu:"):
-        raise ValueError("not a device name")
-    return text
+class Device(Kind):
+    """``auto`` or a family from the backends' registry, with an index where the family has one."""
+
+    def __init__(self) -> None:
+        plain = ["auto", *(k for k, kind in KINDS.items() if not kind.indexed)]
+        indexed = [k for k, kind in KINDS.items() if kind.indexed]
+        self.allowed = ", ".join([*plain, *(f"{k}, {k}:K" for k in indexed)])
+        self.metavar = "|".join([*plain, *(f"{k}|{k}:K" for k in indexed)])
+        self._re = re.compile(rf"^(?:{'|'.join(plain)}|(?:{'|'.join(indexed)})(?::\d+)?)$")
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not self._re.match(value):
+            raise ValueError("not a device name")
+        return value
 
 
-def _tag(text: str) -> str:
-    if not TAG_RE.match(text):
-        raise ValueError("only letters, digits, '_', '.', '-' (it becomes part of a file name)")
-    return text
+class Tag(Kind):
+    allowed, metavar = "letters, digits, _ . -", "NAME"
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9_.-]+$", value):
+            raise ValueError("only letters, digits, '_', '.', '-' (it becomes part of a file name)")
+        return value
 
 
-def _out(text: str) -> str:
-    if not text:
-        raise ValueError("empty path")
-    return text
+class Folder(Kind):
+    allowed, metavar = "a folder", "DIR"
+
+    def coerce(self, value: Any) -> str:
+        return self.check(os.fspath(value) if isinstance(value, os.PathLike) else value)
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError("empty path")
+        return value
+
+
+def _option(default: Any, kind: Kind, help: str, example: str) -> Any:
+    return field(default=default, metadata={"kind": kind, "help": help, "example": example})
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every ``%%memsnap`` option, typed; the defaults below are the only ones."""
+
+    step: int | None = _option(None, Integer(0), "Label of this interval; default: one more than the largest step so far. "
+                               "Re-running a step replaces its interval and file.", "step=5")
+    steps: tuple[int, ...] | None = _option(None, Steps(), "Dump only these steps of a loop inside the cell; call mark(step) "
+                                            "at each step's start. Each file holds only its own step (so not with "
+                                            "clear=false).", "steps=1,5,10")
+    out: str = _option("memsnap", Folder(), "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle (verl's "
+                       "layout). Relative to the current directory.", "out=runs/memory")
+    tag: str = _option("torch_memory", Tag(), "File name prefix.", "tag=forward")
+    device: str = _option("auto", Device(), "What to record. auto: the current accelerator, else the CPU.",
+                          "device=cuda:1")
+    rank: int | None = _option(None, Integer(0, "R"), "Rank in file names; default: $RANK, else torch.distributed's "
+                               "rank, else 0.", "rank=3")
+    max_entries: int = _option(100_000, Integer(1), "Trace ring size; older entries of a longer interval are dropped.",
+                               "max_entries=500000")
+    context: str = _option("all", Choice("all", "alloc", "state", "none"), "Which events carry a stack (accelerators; "
+                           "the CPU route records none).", "context=alloc")
+    stacks: str = _option("python", Choice("python", "all"), "python: Python frames only. all adds C++ frames (dumps "
+                          "~100x slower).", "stacks=python")
+    clear: bool = _option(True, Boolean(), "false keeps history and recording on after the cell, so the next snapshot "
+                          "also holds this one's events: the cumulative behaviour.", "clear=false")
 
 
 @dataclass(frozen=True)
 class Option:
-    convert: Callable[[str], Any]
+    """One row of the table, as help text and errors read it."""
+
+    kind: Kind
     default: Any
-    allowed: str
     help: str
     example: str
 
+    @property
+    def allowed(self) -> str:
+        return self.kind.allowed
+
 
 OPTIONS: dict[str, Option] = {
-    "step": Option(_step, None, "an integer >= 0",
-                   "Label of this interval; default: one more than the largest step so far. "
-                   "Re-running a step replaces its interval and file.", "step=5"),
-    "steps": Option(_steps, None, "comma-separated integers",
-                    "Dump only these steps of a loop inside the cell; call mark(step) at each "
-                    "step's start. Each file holds only its own step (so not with clear=false).",
-                    "steps=1,5,10"),
-    "out": Option(_out, DEFAULT_OUT, "a folder",
-                  "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle "
-                  "(verl's layout). Relative to the current directory.", "out=runs/memory"),
-    "tag": Option(_tag, "torch_memory", "letters, digits, _ . -",
-                  "File name prefix.", "tag=forward"),
-    "device": Option(_device, "auto", "auto, cpu, cuda, cuda:K, xpu, xpu:K, npu, npu:K",
-                     "What to record. auto: the current accelerator, else the CPU.", "device=cuda:1"),
-    "rank": Option(lambda t: _int(t, 0), None, "an integer >= 0",
-                   "Rank in file names; default: $RANK, else torch.distributed's rank, else 0.",
-                   "rank=3"),
-    "max_entries": Option(_positive, 100_000, "an integer >= 1",
-                          "Trace ring size; older entries of a longer interval are dropped.",
-                          "max_entries=500000"),
-    "context": Option(_choice("all", "alloc", "state", "none"), "all", "all, alloc, state, none",
-                      "Which events carry a stack (accelerators; the CPU route records none).",
-                      "context=alloc"),
-    "stacks": Option(_choice("python", "all"), "python", "python, all",
-                     "python: Python frames only. all adds C++ frames (dumps ~100x slower).",
-                     "stacks=python"),
-    "clear": Option(_bool, True, "true, false",
-                    "false keeps history and recording on after the cell, so the next snapshot "
-                    "also holds this one's events: the cumulative behaviour.", "clear=false"),
+    f.name: Option(f.metadata["kind"], f.default, f.metadata["help"], f.metadata["example"]) for f in fields(Options)
 }
+DEFAULTS = Options()
 
 
-def parse(line: str, defaults: dict[str, Any] | None = None,
-          prog: str = "%%memsnap") -> dict[str, Any]:
-    """Every option's value: the tokens in ``line`` over ``defaults`` over the table's defaults."""
-    values = {key: opt.default for key, opt in OPTIONS.items()}
-    values.update(defaults or {})
-    values.update(parse_given(line, prog))
-    if values["steps"] is not None and not values["clear"]:
-        raise OptionError(f"{prog}: steps= starts every listed step from a fresh history, so it "
-                          "cannot take clear=false; use step= cells with clear=false for the "
-                          "cumulative behaviour")
-    return values
+def parse(line: str, defaults: Mapping[str, Any] | None = None, prog: str = "%%memsnap") -> Options:
+    """The options of a ``%%memsnap`` line: its tokens over ``defaults`` over the table's defaults."""
+    given = parse_given(line, prog)
+    return _checked(replace(DEFAULTS, **{**(defaults or {}), **given}), prog)
+
+
+def from_keywords(prog: str = "Recorder", **values: Any) -> Options:
+    """Options from Python values (``Recorder(step=3, out=path)``); None means the default."""
+    given: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key not in OPTIONS:
+            raise OptionError(f"{prog}: unknown option {key!r} (keys: {', '.join(OPTIONS)})")
+        given[key] = _convert(key, value, OPTIONS[key].kind.coerce, prog)
+    return _checked(replace(DEFAULTS, **given), prog)
 
 
 def parse_given(line: str, prog: str = "%%memsnap") -> dict[str, Any]:
@@ -145,30 +215,58 @@ def parse_given(line: str, prog: str = "%%memsnap") -> dict[str, Any]:
         tokens = shlex.split(line, posix=True)
     except ValueError as e:
         raise OptionError(f"{prog}: cannot split the options: {e}") from None
-    seen: set[str] = set()
     for token in tokens:
         key, sep, raw = token.partition("=")
         if not sep or not key:
             raise OptionError(f"{prog}: expected key=value, got {token!r} (keys: {keys})")
         if key not in OPTIONS:
             raise OptionError(f"{prog}: unknown option {key!r} (keys: {keys})")
-        if key in seen:
+        if key in values:
             raise OptionError(f"{prog}: {key}= given twice")
-        seen.add(key)
-        try:
-            values[key] = OPTIONS[key].convert(raw)
-        except ValueError as e:
-            raise OptionError(f"{prog}: bad value for {key}=: {raw!r} ({e}; allowed: "
-                              f"{OPTIONS[key].allowed})") from None
-    if "step" in seen and "steps" in seen:
+        values[key] = _convert(key, raw, OPTIONS[key].kind.parse, prog)
+    if "step" in values and "steps" in values:
         raise OptionError(f"{prog}: give step= or steps=, not both")
     return values
 
 
-def help_text() -> str:
-    """The option list appended to the magic's docstring (``%%memsnap?``)."""
-    rows = []
+def _convert(key: str, raw: Any, convert: Any, prog: str) -> Any:
+    try:
+        return convert(raw)
+    except ValueError as e:
+        shown = repr(raw) if isinstance(raw, str) else f"{type(raw).__name__} {raw!r}"[:80]
+        raise OptionError(f"{prog}: bad value for {key}=: {shown} ({e}; allowed: {OPTIONS[key].allowed})") from None
+
+
+def _checked(options: Options, prog: str) -> Options:
+    """Rules between options, over the merged values (a session default counts too)."""
+    if options.step is not None and options.steps is not None:
+        raise OptionError(f"{prog}: give step= or steps=, not both (one may be a %memsnap config default)")
+    if options.steps is not None and not options.clear:
+        raise OptionError(f"{prog}: steps= starts every listed step from a fresh history, so it "
+                          "cannot take clear=false; use step= cells with clear=false for the "
+                          "cumulative behaviour")
+    return options
+
+
+def help_text(indent: int = 0, width: int = 92) -> str:
+    """The option list of the magic's and ``Recorder``'s docstrings (``%%memsnap?``), indented
+    by ``indent`` to sit in a docstring."""
+    pad, rows = " " * indent, []
     for key, opt in OPTIONS.items():
         default = "" if opt.default is None else f" [default: {opt.default}]"
-        rows.append(f"  {key}=  ({opt.allowed}){default}\n      {opt.help}\n      e.g. {opt.example}")
+        rows.append(f"{pad}  {key}=  ({opt.allowed}){default}")
+        rows += textwrap.wrap(opt.help, width, initial_indent=pad + "      ", subsequent_indent=pad + "      ")
+        rows.append(f"{pad}      e.g. {opt.example}")
     return "\n".join(rows)
+
+
+def usage(prog: str = "%%memsnap", width: int = 96) -> str:
+    """``%%memsnap [step=N] [steps=1,5,10] ...``, wrapped, for the magic's docstring."""
+    words = [f"[{key}={opt.kind.metavar}]" for key, opt in OPTIONS.items()]
+    lines, line = [], prog
+    for word in words:
+        if len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = " " * len(prog)
+        line += " " + word
+    return "\n".join([*lines, line])

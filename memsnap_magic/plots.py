@@ -23,7 +23,7 @@ from matplotlib.ticker import AutoLocator, FixedLocator, FuncFormatter, Locator,
 from matplotlib.transforms import Bbox
 
 from .canvas import TextCacheCanvas
-from .units import fmt_bytes
+from .text import fmt_bytes
 
 VIEWS = ("interval", "cumulative", "both")
 BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"

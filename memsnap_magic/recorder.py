@@ -8,18 +8,20 @@ and recording is stopped (or kept on, for ``clear=False``); our own failures bec
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 import warnings
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from . import options
-from .session_state import Interval, Session, interval_from_snapshot
-from .session_state import session as _default_session
+from . import options as opts
+from .state import STATE
 
-_active: list["Recorder"] = []
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .backends import Backend
+    from .intervals import Interval
+    from .session_state import Session
 
 
 def mark(step: int) -> None:
@@ -29,8 +31,8 @@ def mark(step: int) -> None:
     again if ``step`` is listed. Outside such a block it does nothing, so the same loop runs
     with or without the magic.
     """
-    if _active and _active[-1].steps is not None:
-        _active[-1]._mark(int(step))
+    if STATE.active and STATE.active[-1].steps is not None:
+        STATE.active[-1].mark_step(int(step))
 
 
 def resolve_rank(explicit: int | None = None) -> int:
@@ -50,77 +52,73 @@ def resolve_rank(explicit: int | None = None) -> int:
     return engine_id if isinstance(engine_id, int) and engine_id >= 0 else 0
 
 
-def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int) -> Path:
-    """verl's layout: ``<out>/step<N>/<tag>_rank<R>_pid<P>.pickle``."""
-    return Path(out) / f"step{step}" / f"{tag}_rank{rank}_pid{os.getpid()}.pickle"
-
-
 class Recorder:
     """Record one interval (or the listed ``steps`` of a loop) and dump it in verl's layout.
 
     >>> with Recorder(step=3, device="cpu"):          # doctest: +SKIP
     ...     loss = model(batch).sum(); loss.backward()
 
-    Options are the magic's (``%%memsnap?``). ``namespace``: where the CPU route looks for the
-    tensors live at the interval's start (default: the caller's module globals). ``start()`` and
-    ``stop(error)`` are the same steps without a ``with`` block.
+    Keywords are the magic's options (below; ``%%memsnap?``), as Python values, or ``options=``
+    an ``Options`` the magic parsed. ``namespace``: where the CPU route looks for the tensors live
+    at the interval's start (default: the caller's module globals). ``report(interval, previous)``
+    is called after each dump. ``start()`` and ``stop(error)`` are the same steps without ``with``.
+
+    Options:
     """
 
-    def __init__(self, step: int | None = None, *, steps: list[int] | tuple[int, ...] | None = None,
-                 out: str | os.PathLike[str] = options.DEFAULT_OUT, tag: str = "torch_memory",
-                 device: str = "auto", rank: int | None = None, max_entries: int = 100_000,
-                 context: str = "all", stacks: str = "python", clear: bool = True,
+    def __init__(self, step: int | None = None, *, options: opts.Options | None = None,
                  namespace: dict[str, Any] | None = None, session: Session | None = None,
-                 report: Callable[[Interval, Interval | None], None] | None = None) -> None:
-        given = {"step": step, "steps": ",".join(map(str, steps)) if steps is not None else None,
-                 "out": os.fspath(out), "tag": tag, "device": device, "rank": rank,
-                 "max_entries": max_entries, "context": context, "stacks": stacks, "clear": clear}
-        line = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in given.items() if v is not None)
-        self.options = options.parse(line, prog="Recorder")
-        self.steps: tuple[int, ...] | None = self.options["steps"]
+                 report: Callable[[Interval, Interval | None], None] | None = None, **keywords: Any) -> None:
+        if options is None:
+            options = opts.from_keywords("Recorder", step=step, **keywords)
+        elif step is not None or keywords:
+            raise TypeError("Recorder: give options= or option keywords, not both")
+        self.options = options
+        self.steps = options.steps
         self.namespace = namespace if namespace is not None else sys._getframe(1).f_globals
-        self.session = session if session is not None else _default_session()
+        self.session = session if session is not None else STATE.session
         self.report = report
         self.intervals: list[Interval] = []
-        self._backend: Any = None
+        self._backend: Backend | None = None
         self._current: int | None = None
         self._rank = 0
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here."""
-        from .backends import get_backend, resolve_device
+        from . import backends
 
-        opts = self.options
-        self._backend = get_backend(resolve_device(opts["device"]), opts)
-        self._rank = resolve_rank(opts["rank"])
-        if self.steps is None:
-            self._current = opts["step"] if opts["step"] is not None else self.session.next_step()
-            self._backend.begin(fresh=False, namespace=self.namespace)
+        o = self.options
+        self._backend = backend = backends.get_backend(backends.resolve_device(o.device), o)
+        self._rank = resolve_rank(o.rank)
+        if self.steps is None:  # the one place a step number is picked
+            self._current = o.step if o.step is not None else self.session.next_step()
+            backend.begin(fresh=False, namespace=self.namespace)
         else:
-            getattr(self._backend, "warm_up", lambda: None)()
-        _active.append(self)
+            backend.warm_up()
+        STATE.active.append(self)
         return self
 
     def stop(self, error: BaseException | None = None) -> None:
         """Take, write and summarise the snapshot of the current interval; stop recording."""
-        if self in _active:
-            _active.remove(self)
-        keep = not self.options["clear"]
+        if self in STATE.active:
+            STATE.active.remove(self)
+        keep = not self.options.clear
         if self._current is not None:
             self._finish(self._current, error, keep=keep, cleared=not keep)
             self._current = None
         if not keep and self._backend is not None and self._backend.recording:
             self._quietly(self._backend.end, keep=False)
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self.stop(exc)
         return False
 
-    def _mark(self, step: int) -> None:
-        assert self.steps is not None
+    def mark_step(self, step: int) -> None:
+        """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
+        assert self.steps is not None and self._backend is not None
         listed = step in self.steps
         if self._current is not None:  # on for a listed step: its begin(fresh=True) clears
             self._finish(self._current, None, keep=listed, cleared=True)
@@ -133,45 +131,44 @@ class Recorder:
         try:
             return fn(*args, **kwargs)
         except Exception as e:  # our failure must never fail the user's cell
-            warnings.warn(f"memsnap: {getattr(fn, '__name__', fn)} failed on "
-                          f"{self._backend.device}: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
+            device = self._backend.device if self._backend is not None else "?"
+            warnings.warn(f"memsnap: {getattr(fn, '__name__', fn)} failed on {device}: {type(e).__name__}: {e}",
+                          RuntimeWarning, stacklevel=3)
             return None
 
     def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
+        from .intervals import interval_from_snapshot
+        from .layout import META_KEY, Meta, snapshot_path
         from .snapshot import dump_snapshot
 
-        backend, opts = self._backend, self.options
+        backend, o = self._backend, self.options
+        assert backend is not None
         end_us = time.time_ns() // 1000
         snap = self._quietly(backend.snapshot)
-        allocator_peak = self._quietly(backend.allocator_peak)
+        allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
-        error_name = type(error).__name__ if error is not None else None
-        snap["memsnap"] = {"step": step, "rank": self._rank, "device": backend.device,
-                           "tag": opts["tag"], "pid": os.getpid(), "end_us": end_us,
-                           "error": error_name, "clear": cleared,
-                           "allocator_peak_allocated": allocator_peak}
-        path: Path | None = snapshot_path(opts["out"], step, opts["tag"], self._rank)
+        meta = Meta(step=step, rank=self._rank, device=backend.device, tag=o.tag, pid=os.getpid(), end_us=end_us,
+                    error=type(error).__name__ if error is not None else None, clear=cleared,
+                    allocator_peak_allocated=allocator_peak, context=o.context if backend.records_stacks else "none",
+                    max_entries=o.max_entries)
+        snap[META_KEY] = meta.to_dict()
+        path: Path | None = snapshot_path(o.out, step, o.tag, self._rank)
         file_bytes = None
         try:
             dump_snapshot(snap, path)
             file_bytes = path.stat().st_size
         except Exception as e:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-            warnings.warn(f"memsnap: could not write {path}: {reason}; the interval is kept "
-                          "in memory only", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"memsnap: could not write {path}: {reason}; the interval is kept in memory only",
+                          RuntimeWarning, stacklevel=3)
             path = None
         finally:
             self._quietly(backend.end, keep=keep)
-        iv = self._quietly(interval_from_snapshot, snap, backend.trace_index,
-                           max_entries=opts["max_entries"], step=step, rank=self._rank,
-                           device=backend.device, path=path, error=error_name,
-                           allocator_peak_allocated=allocator_peak, clear=cleared, tag=opts["tag"],
-                           file_bytes=file_bytes,
-                           context="none" if backend.device == "cpu" else opts["context"])
+        iv = self._quietly(interval_from_snapshot, snap, path, file_bytes=file_bytes)
         if iv is None:
             return
         previous = self.session.previous(iv)
@@ -179,3 +176,6 @@ class Recorder:
         self.intervals.append(iv)
         if self.report is not None:
             self._quietly(self.report, iv, previous)
+
+
+Recorder.__doc__ = (Recorder.__doc__ or "") + "\n" + opts.help_text(indent=4)

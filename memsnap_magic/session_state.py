@@ -1,61 +1,16 @@
 """The session: ordered intervals and the cumulative figures a never-cleared recording would show.
 
-Intervals keep summaries and a decimated timeline, never whole snapshots, so a long notebook does
-not hold hundreds of MB of traces.
+The process-wide one is ``memsnap_magic.session()`` (kept in ``state``); the CLI builds its own.
 """
 
 from __future__ import annotations
 
+import types
 import warnings
 import weakref
-from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Callable
 
-from .units import fmt_bytes
-
-
-@dataclass
-class Interval:
-    """One recorded interval (a cell, or one step of a loop). Bytes are ints."""
-
-    step: int
-    rank: int
-    device: str
-    path: Path | None
-    baseline_allocated: int
-    peak_allocated: int
-    end_allocated: int
-    trace_entries: int
-    error: str | None = None
-    allocator_peak_allocated: int | None = None
-    clear: bool = True
-    tag: str = "torch_memory"
-    file_bytes: int | None = None
-    overflowed: bool = False
-    context: str = "all"  # which events carried stacks when it was recorded
-    top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
-    cumulative_peak_allocated: int = 0
-    cumulative_trace_entries: int = 0
-    # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
-    time_us: Any = field(default=None, repr=False)
-    allocated: Any = field(default=None, repr=False)
-
-    @property
-    def peak_increase(self) -> int:
-        return self.peak_allocated - self.baseline_allocated
-
-    @property
-    def kept(self) -> int:
-        return self.end_allocated - self.baseline_allocated
-
-    def to_record(self) -> dict[str, Any]:
-        rec = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("time_us", "allocated", "top_blocks")}
-        rec["path"] = str(self.path) if self.path is not None else None
-        rec["peak_increase"] = self.peak_increase
-        rec["kept"] = self.kept
-        return rec
+from .intervals import Interval
 
 
 class Session:
@@ -63,7 +18,8 @@ class Session:
 
     def __init__(self) -> None:
         self.intervals: list[Interval] = []
-        self.defaults: dict[str, Any] = {}
+        self.defaults: dict[str, Any] = {}  # %memsnap config: option -> value, over the table's defaults
+        self.last: Interval | None = None  # the interval added most recently
         self._listeners: list[Any] = []
 
     def next_step(self) -> int:
@@ -83,6 +39,7 @@ class Session:
                 break
         else:
             self.intervals.append(interval)
+        self.last = interval
         self._update_cumulative()
         self._listeners = [ref for ref in self._listeners if ref() is not None]
         for ref in list(self._listeners):  # a listener may subscribe others
@@ -101,8 +58,8 @@ class Session:
 
         Bound methods are held weakly, so a dashboard nobody shows any more is not kept alive.
         """
-        if hasattr(listener, "__self__"):
-            self._listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+        if isinstance(listener, types.MethodType):
+            self._listeners.append(weakref.WeakMethod(listener))
         else:
             self._listeners.append(lambda: listener)
 
@@ -119,72 +76,10 @@ class Session:
             last[(iv.rank, iv.device)] = iv
 
     def reset(self) -> None:
+        """Forget the intervals (files on disk stay); defaults and dashboards stay."""
         self.intervals.clear()
+        self.last = None
 
     def to_records(self) -> list[dict[str, Any]]:
         """Plain dicts (one per interval) for pandas or JSON."""
         return [iv.to_record() for iv in self.intervals]
-
-    def table(self) -> str:
-        """The ``%memsnap list`` table."""
-        if not self.intervals:
-            return "memsnap: no intervals yet (run a %%memsnap cell)"
-        head = ("step", "rank", "device", "baseline", "peak", "increase", "kept", "cum. peak",
-                "entries", "cum. entries", "error", "file")
-        rows = [head]
-        for iv in self.intervals:
-            rows.append((str(iv.step), str(iv.rank), iv.device, fmt_bytes(iv.baseline_allocated),
-                         fmt_bytes(iv.peak_allocated), fmt_bytes(iv.peak_increase, signed=True),
-                         fmt_bytes(iv.kept, signed=True), fmt_bytes(iv.cumulative_peak_allocated),
-                         f"{iv.trace_entries:,}", f"{iv.cumulative_trace_entries:,}",
-                         iv.error or "", str(iv.path) if iv.path else "(not written)"))
-        widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
-        return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
-
-
-_session: Session | None = None
-
-
-def session() -> Session:
-    """The process-wide session the magic and ``Recorder`` add to."""
-    global _session
-    if _session is None:
-        _session = Session()
-    return _session
-
-
-def interval_from_snapshot(snap: dict[str, Any], trace_index: int | None = None, *,
-                           max_entries: int | None = None, **fields: Any) -> Interval:
-    """Summarise a snapshot into an Interval: its figures, a decimated timeline and the blocks
-    alive at its peak; the snapshot itself is not kept. ``fields``: step, rank, device, path…"""
-    from .analysis import alive_at, decimate_index, summarize
-
-    summary = summarize(snap, trace_index)
-    keep = decimate_index(summary.allocated)
-    t, y = summary.times_at(keep), summary.allocated[keep]
-    return Interval(baseline_allocated=summary.baseline_allocated,
-                    peak_allocated=summary.peak_allocated, end_allocated=summary.end_allocated,
-                    trace_entries=summary.trace_entries,
-                    overflowed=max_entries is not None and summary.trace_entries >= max_entries,
-                    top_blocks=alive_at(summary), time_us=t, allocated=y, **fields)
-
-
-def describe(iv: Interval, previous: Interval | None) -> str:
-    """The compact line printed after each ``%%memsnap`` cell."""
-    parts = [f"memsnap step {iv.step}", iv.device if iv.rank == 0 else f"{iv.device} rank {iv.rank}",
-             f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over "
-             f"start {fmt_bytes(iv.baseline_allocated)})",
-             f"kept {fmt_bytes(iv.kept, signed=True)}"]
-    if previous is not None:
-        parts.append(f"vs step {previous.step}: peak "
-                     f"{fmt_bytes(iv.peak_allocated - previous.peak_allocated, signed=True)}")
-    if iv.allocator_peak_allocated is not None:
-        parts.append(f"allocator peak {fmt_bytes(iv.allocator_peak_allocated)}")
-    entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
-    if iv.trace_entries == 0 and iv.device != "cpu":
-        entries += f": nothing was allocated on {iv.device} (CPU tensors? record them with device=cpu)"
-    parts.append(entries)
-    if iv.error:
-        parts.append(f"cell raised {iv.error}")
-    parts.append(f"-> {iv.path}" if iv.path is not None else "-> not written")
-    return " · ".join(parts)

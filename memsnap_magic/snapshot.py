@@ -6,6 +6,7 @@ other people's runs, so loading refuses every pickle global: nothing in a file c
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -16,8 +17,6 @@ from typing import Any
 
 PROTOCOL = 4  # memory_viz's JavaScript unpickler reads protocols 2-4 only
 _MAX_BYTES = 1 << 62  # sizes beyond any real machine are corruption, not memory
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 class SnapshotError(ValueError):
@@ -118,7 +117,7 @@ def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file normal permissions
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as f:
             pickle.dump(snap, f, protocol=PROTOCOL)
         os.replace(tmp, path)
@@ -129,3 +128,11 @@ def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
             pass
         raise
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def _umask() -> int:
+    """The process's umask, read once (reading it means setting it, so not at import)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -15,53 +15,20 @@ from typing import Any
 import ipywidgets as w
 
 from . import plots
-from .analysis import frame_lines
-from .session_state import Interval, Session, session as current_session
-from .units import fmt_bytes
+from .intervals import Interval
+from .session_state import Session
+from .state import STATE
+from .text import blocks_table, fmt_bytes, interval_table
 
 ALL_RANKS = "all"
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
-
-
-def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
-    """Why a block has no stack, as memory_viz explains frameless blocks."""
-    if block.get("before"):
-        return "live before this step's recording started"
-    if iv.device == "cpu":
-        return "the CPU route records no stacks"
-    if iv.context in ("none", "state"):
-        return f"recorded with context={iv.context}: trace entries carry no stack"
-    return "no Python frames (allocated from C++ or the autograd thread)"
-
-
-def blocks_table(iv: Interval) -> str:
-    """The largest blocks alive at the peak: size, since when, and who allocated them."""
-    rows, reasons = [], []
-    for b in iv.top_blocks:
-        frames = frame_lines(b.get("frames", []))
-        if frames:
-            text = "<br>".join(html.escape(line) for line in frames)
-        else:  # say why once, below the table, instead of on every row
-            reason = why_no_frames(b, iv)
-            if reason not in reasons:
-                reasons.append(reason)
-            text = f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>"
-        since = "before the step" if b.get("before") else "this step"
-        rows.append(f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
-                    f"<td style='padding-right:1em'>{since}</td><td>{text}</td></tr>")
-    if not rows:
-        return "<i>nothing was allocated at this step's peak</i>"
-    notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
-    return ("<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
-            "<th style='text-align:left'>live since</th><th style='text-align:left'>allocated by</th></tr>"
-            + "".join(rows) + "</table>" + notes)
 
 
 class Dashboard:
     """Overview of every step, a view control, and the selected step's timeline and top blocks."""
 
     def __init__(self, session: Session | None = None) -> None:
-        self.session = session if session is not None else current_session()
+        self.session = session if session is not None else STATE.session
         labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
                                     description="view", style=dict(labels, button_width="110px"))
@@ -185,7 +152,7 @@ class Dashboard:
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = self.root._repr_mimebundle_(**kwargs)
         bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
-        bundle["text/plain"] = self.session.table()
+        bundle["text/plain"] = interval_table(self.session.intervals)
         return bundle
 
 

@@ -23,16 +23,10 @@ def shell(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def fresh_session():
-    """Each test starts with an empty session and no recording left on."""
-    from memsnap_magic import backends, session
+def fresh_state():
+    """Each test starts with an empty session and no recording left on, and leaves none."""
+    from memsnap_magic.state import STATE
 
-    session().reset()
-    session().defaults.clear()
+    STATE.reset()
     yield
-    backends.stop_all()
-    backends._live.clear()
-    from memsnap_magic.backends.accelerator import AcceleratorBackend
-    AcceleratorBackend._recording.clear()
-    session().reset()
-    session()._listeners.clear()
+    STATE.reset()

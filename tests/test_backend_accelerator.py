@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 
 from memsnap_magic import backends, session
 from memsnap_magic.backends.accelerator import AcceleratorBackend
+from memsnap_magic.options import Options
 
 
 _UNSET = object()
@@ -151,7 +152,7 @@ def test_stopping_one_device_stops_the_kind_for_all(fake):
     zero = AcceleratorBackend("cuda", 0, fa.device, fa.memory)
     one = AcceleratorBackend("cuda", 1, fa.device, fa.memory)
     for b in (zero, one):
-        b.configure({})
+        b.configure(Options())
     zero.begin(fresh=True)
     assert one.recording
     one.end(keep=False)  # enabled=None stops and clears every CUDA device

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from memsnap_magic import load_snapshot, session
-from memsnap_magic.backends import recording_devices
+from memsnap_magic.state import STATE
 
 
 def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
@@ -27,7 +27,7 @@ def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
     assert "Tried to allocate 80.00 GiB" in str(res.error_in_exec)
     iv, = session().intervals
     assert iv.error == "OutOfMemoryError" and iv.path.exists() and iv.peak_allocated == 1 << 20
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_full_disk_warns_once_and_keeps_the_result(shell, monkeypatch):
@@ -45,7 +45,7 @@ def test_full_disk_warns_once_and_keeps_the_result(shell, monkeypatch):
     assert len(ours) == 1 and "No space left on device" in ours[0] and "step1" in ours[0]
     assert session().intervals[0].path is None
     assert not [p for p in Path("memsnap").rglob("*") if p.is_file()]  # no partial or temporary file
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_a_process_killed_mid_dump_leaves_no_file_under_the_final_name(tmp_path):
@@ -101,7 +101,7 @@ def test_snapshot_that_cannot_be_taken_never_fails_the_cell(shell, monkeypatch):
         res = shell.run_cell("%%memsnap\nanswer = 42")
     assert res.success and shell.user_ns["answer"] == 42
     assert any("profiler went away" in str(w.message) for w in caught)
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_a_running_torch_profiler_is_left_alone(shell):

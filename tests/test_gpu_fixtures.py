@@ -17,8 +17,8 @@ import pytest
 
 from memory_viz import replay
 from memsnap_magic import load_snapshot, session, summarize
-from memsnap_magic.analysis import alive_at, frame_lines
-from memsnap_magic.widget import blocks_table, why_no_frames
+from memsnap_magic.analysis import alive_at
+from memsnap_magic.text import blocks_table, frame_lines, interval_table, why_no_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -132,4 +132,4 @@ def test_load_and_dashboard_take_the_real_fixtures(shell):
 
     d = Dashboard(session())
     assert d.overview.value[:4] == b"\x89PNG"
-    assert "OutOfMemoryError" in session().table()
+    assert "OutOfMemoryError" in interval_table(session().intervals)

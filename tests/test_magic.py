@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 
 import memsnap_magic
 from memsnap_magic import load_snapshot, session
+from memsnap_magic.state import STATE
 
 MiB = 1 << 20
 
@@ -85,8 +86,7 @@ def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
     assert [s for _, s in allocs(three.path)] == [MiB]  # step 2 cleared again
     assert two.trace_entries > one.trace_entries and not one.clear and two.clear
     assert two.cumulative_trace_entries == two.trace_entries
-    from memsnap_magic.backends import recording_devices
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, capsys):
@@ -102,8 +102,7 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
     assert text.count("Traceback") == 1 and "run_cell_magic" not in text
     assert "----> 5 f()" in text and "ValueError: boom" in text
-    from memsnap_magic.backends import recording_devices
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):
@@ -198,7 +197,8 @@ def test_summary_line_says_when_an_accelerator_saw_no_allocation():
     # an empty snapshot, and the line says why rather than reporting a bare "0 entries".
     from dataclasses import replace
 
-    from memsnap_magic.session_state import Interval, describe
+    from memsnap_magic.intervals import Interval
+    from memsnap_magic.text import describe
 
     iv = Interval(step=1, rank=0, device="cuda:0", path=None, baseline_allocated=0,
                   peak_allocated=0, end_allocated=0, trace_entries=0)
@@ -219,8 +219,7 @@ def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     assert len(messages) == 1 and "could not write blocked/step1/" in messages[0]
     iv, = session().intervals
     assert iv.path is None and iv.peak_allocated > 0
-    from memsnap_magic.backends import recording_devices
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
 
 
 def test_rank_from_environment_and_option(torch_ns, monkeypatch):
@@ -262,8 +261,7 @@ def test_reload_leaves_one_magic_and_no_recording(shell):
     shell.run_line_magic("reload_ext", "memsnap_magic")
     from memsnap_magic.execute import SyntaxCheck
     assert sum(isinstance(t, SyntaxCheck) for t in shell.input_transformers_cleanup) == 1
-    from memsnap_magic.backends import recording_devices
-    assert recording_devices() == []
+    assert STATE.recording_devices() == []
     assert shell.run_cell("%%memsnap\nq = 2").success
     shell.run_line_magic("unload_ext", "memsnap_magic")
     assert "memsnap" not in shell.magics_manager.magics["cell"]

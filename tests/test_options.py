@@ -5,18 +5,18 @@ from memsnap_magic.options import OPTIONS, OptionError, help_text, parse, parse_
 
 def test_defaults_and_values():
     v = parse("step=5 out='my runs' device=cuda:1 clear=false max_entries=10 context=none")
-    assert v["step"] == 5 and v["out"] == "my runs" and v["device"] == "cuda:1"
-    assert v["clear"] is False and v["max_entries"] == 10 and v["context"] == "none"
-    assert v["tag"] == "torch_memory" and v["stacks"] == "python"
+    assert v.step == 5 and v.out == "my runs" and v.device == "cuda:1"
+    assert v.clear is False and v.max_entries == 10 and v.context == "none"
+    assert v.tag == "torch_memory" and v.stacks == "python"
 
 
 def test_session_defaults_are_overridden_by_the_line():
     v = parse("tag=b", {"tag": "a", "max_entries": 7})
-    assert v["tag"] == "b" and v["max_entries"] == 7
+    assert v.tag == "b" and v.max_entries == 7
 
 
 def test_steps_sorted_unique():
-    assert parse("steps=10,1,5,5")["steps"] == (1, 5, 10)
+    assert parse("steps=10,1,5,5").steps == (1, 5, 10)
     assert parse_given("steps=3") == {"steps": (3,)}
 
 

@@ -8,23 +8,29 @@ clears on every version).
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import BackendError
+from ..state import STATE
+from .base import Backend, BackendError
+
+if TYPE_CHECKING:
+    from ..options import Options
 
 _CONTEXT = {"all": "all", "alloc": "alloc", "state": "state", "none": None}
 
 
-class AcceleratorBackend:
+class AcceleratorBackend(Backend):
     """Recording on one accelerator device through its ``torch.<kind>.memory`` module.
 
     PyTorch records every device of a kind at once and ``enabled=None`` stops and clears them
-    all, so whether recording is on is kept per kind, shared by that kind's devices.
+    all, so whether recording is on is kept per kind (in ``STATE``), shared by that kind's devices.
     """
 
-    _recording: dict[str, bool] = {}
+    label = "PyTorch's allocator history"
 
     def __init__(self, kind: str, index: int, device_module: ModuleType,
                  memory_module: ModuleType, clear_route: str = "auto") -> None:
@@ -42,7 +48,30 @@ class AcceleratorBackend:
         self._settings: dict[str, Any] = {}
 
     @classmethod
-    def for_device(cls, device: str) -> "AcceleratorBackend":
+    def available(cls, kind: str) -> bool:
+        import torch
+
+        if kind == "npu" and "torch_npu" not in sys.modules:
+            if importlib.util.find_spec("torch_npu") is None:
+                return False
+            import torch_npu  # noqa: F401  (registers torch.npu)
+        module = getattr(torch, kind, None)
+        return module is not None and module.is_available()
+
+    @classmethod
+    def current_index(cls, kind: str) -> int:
+        import torch
+
+        return int(getattr(torch, kind).current_device())
+
+    @classmethod
+    def device_count(cls, kind: str) -> int:
+        import torch
+
+        return int(getattr(torch, kind).device_count())
+
+    @classmethod
+    def for_device(cls, device: str) -> AcceleratorBackend:
         import torch
 
         kind, _, index = device.partition(":")
@@ -55,18 +84,18 @@ class AcceleratorBackend:
 
     @property
     def recording(self) -> bool:
-        return self._recording.get(self.kind, False)
+        return self.kind in STATE.recording_kinds
 
     @recording.setter
     def recording(self, value: bool) -> None:
-        self._recording[self.kind] = value
+        if value:
+            STATE.recording_kinds.add(self.kind)
+        else:
+            STATE.recording_kinds.discard(self.kind)
 
-    def configure(self, settings: dict[str, Any]) -> None:
-        self._settings = {
-            "context": _CONTEXT[settings.get("context", "all")],
-            "stacks": settings.get("stacks", "python"),
-            "max_entries": int(settings.get("max_entries", 100_000)),
-        }
+    def configure(self, options: Options) -> None:
+        self._settings = {"context": _CONTEXT[options.context], "stacks": options.stacks,
+                          "max_entries": options.max_entries}
 
     def _record(self, enabled: str | None, **extra: Any) -> None:
         kwargs = dict(self._settings, **extra) if enabled else {}

@@ -19,11 +19,17 @@ from __future__ import annotations
 import os
 import time
 from types import FunctionType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import BackendError
+from ..options import DEFAULTS
+from ..state import STATE
+from .base import Backend, BackendError
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # silences kineto's USDT start/stop lines
+if TYPE_CHECKING:
+    from ..options import Options
+
+# torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
+TESTED_TORCH = ("2.13",)
 
 _WALK_DEPTH = 4
 _WALK_LIMIT = 50_000  # objects visited per walk, so a huge namespace cannot stall a cell
@@ -95,6 +101,7 @@ class _Profiler:
     """The cheapest memory-only profiler session: user scope, no operator events."""
 
     def __init__(self) -> None:
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
         from torch._C._profiler import (ProfilerActivity, ProfilerConfig, ProfilerState,
                                         RecordScope, _ExperimentalConfig)
 
@@ -149,14 +156,14 @@ class _Profiler:
         return events
 
 
-_profiler: _Profiler | None = None
+def _warn_if_untested() -> None:
+    import torch
 
-
-def _shared_profiler() -> _Profiler:
-    global _profiler
-    if _profiler is None:
-        _profiler = _Profiler()
-    return _profiler
+    version = torch.__version__
+    if not version.startswith(tuple(f"{v}." for v in TESTED_TORCH)):
+        STATE.warn_once("untested-torch", f"memsnap: the CPU route uses PyTorch's private profiler API and was "
+                        f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
+                        "figures look wrong, record on an accelerator or report it.")
 
 
 def build_snapshot(events: list[tuple[int, int, int]], live_start: dict[int, int],
@@ -205,22 +212,38 @@ def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
             for a in ("free_requested", "free_completed")]
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Records CPU tensor allocations; keeps events across cells while ``clear=false`` chains."""
+
+    records_stacks = False
+    has_allocator_peak = False
+    host = True
+    label = "the CPU route"
 
     device = "cpu"
     trace_index = 0
 
     def __init__(self) -> None:
         self.recording = False
-        self._profiler = _shared_profiler()
+        if STATE.cpu_profiler is None:
+            STATE.cpu_profiler = _Profiler()
+        self._profiler: _Profiler = STATE.cpu_profiler
         self._events: list[tuple[int, int, int]] = []
         self._live_start: dict[int, int] = {}
         self._namespace: dict[str, Any] | None = None
-        self._max_entries = 100_000
+        self._max_entries = DEFAULTS.max_entries
 
-    def configure(self, settings: dict[str, Any]) -> None:
-        self._max_entries = int(settings.get("max_entries", 100_000))
+    @classmethod
+    def available(cls, kind: str) -> bool:
+        return True
+
+    @classmethod
+    def for_device(cls, device: str) -> CpuBackend:
+        _warn_if_untested()
+        return cls()
+
+    def configure(self, options: Options) -> None:
+        self._max_entries = options.max_entries
 
     def warm_up(self) -> None:
         self._profiler.warm_up()
@@ -259,6 +282,3 @@ class CpuBackend:
         self._events = []
         self._live_start = {}
         self._namespace = None
-
-    def allocator_peak(self) -> int | None:
-        return None

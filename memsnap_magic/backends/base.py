@@ -1,0 +1,74 @@
+"""What a recording backend is: the one interface the recorder calls, and its capabilities.
+
+A backend turns recording on and off on one device and returns snapshot dicts in PyTorch's schema
+(``torch.cuda.memory._snapshot()``). It knows nothing of files, sessions or IPython. Where
+backends differ, a capability flag says so; nothing outside ``backends`` tests device names.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..options import Options
+
+
+class BackendError(RuntimeError):
+    """The requested device cannot record here (missing, or an allocator that cannot record)."""
+
+
+class Backend(ABC):
+    # Capabilities, read by the recorder and by the text that explains a recording.
+    records_stacks: ClassVar[bool] = True  # trace entries can carry Python frames
+    has_allocator_peak: ClassVar[bool] = True  # the allocator keeps a peak of its own
+    host: ClassVar[bool] = False  # records host (CPU) memory
+    label: ClassVar[str] = "the allocator"  # how messages name this route
+
+    device: str  # "cpu", "cuda:0", ...
+    trace_index: int  # which ``device_traces`` entry of a snapshot holds this device
+    recording: bool
+
+    # The device family, for resolving ``device=``: ``kind`` is the registry's key.
+    @classmethod
+    @abstractmethod
+    def available(cls, kind: str) -> bool:
+        """Whether this machine has a device of ``kind``; may import torch."""
+
+    @classmethod
+    def current_index(cls, kind: str) -> int:
+        """The index ``device=<kind>`` means (the current device)."""
+        return 0
+
+    @classmethod
+    def device_count(cls, kind: str) -> int:
+        return 1
+
+    @classmethod
+    @abstractmethod
+    def for_device(cls, device: str) -> Backend:
+        """The backend of a concrete device (``cuda:0``, ``cpu``); ``BackendError`` if it cannot record."""
+
+    # One device's recording, in the order the recorder calls it.
+    def configure(self, options: Options) -> None:
+        """Take the options that shape recording (``max_entries``, ``context``, ``stacks``)."""
+
+    def warm_up(self) -> None:
+        """Pay one-off start costs now, before a loop whose steps are timed (``steps=``)."""
+
+    @abstractmethod
+    def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+        """Start an interval: a fresh history if ``fresh`` or not recording; reset peak stats.
+        ``namespace``: the user's variables, for backends that must find what was live before."""
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot dict of everything recorded so far; recording goes on."""
+
+    @abstractmethod
+    def end(self, *, keep: bool) -> None:
+        """``keep``: leave recording on (cumulative). Otherwise stop and clear the history."""
+
+    def allocator_peak(self) -> int | None:
+        """The allocator's own peak since ``begin`` (bytes, rounded), where ``has_allocator_peak``."""
+        return None

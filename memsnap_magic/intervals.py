@@ -1,0 +1,112 @@
+"""Intervals: what the session keeps of a snapshot, made by one function from any snapshot.
+
+``interval_from_snapshot`` serves the recorder (a snapshot it just took) and ``%memsnap load`` and
+the CLI (files on disk) alike: the file's own ``memsnap`` block, else its path in verl's layout,
+says which step, rank and device it holds. An interval keeps figures, a decimated timeline and the
+blocks alive at the peak, never the snapshot, so a long notebook does not hold hundreds of MB.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .figures import Figures
+from .layout import Meta, PathInfo, find_snapshots, parse_path
+from .options import DEFAULTS
+from .snapshot import SnapshotError, load_snapshot
+
+
+@dataclass
+class Interval(Figures):
+    """One recorded interval (a cell, or one step of a loop). Bytes are ints."""
+
+    step: int
+    rank: int
+    device: str
+    path: Path | None
+    baseline_allocated: int
+    peak_allocated: int
+    end_allocated: int
+    trace_entries: int
+    error: str | None = None
+    allocator_peak_allocated: int | None = None
+    clear: bool = True
+    tag: str = DEFAULTS.tag
+    file_bytes: int | None = None
+    overflowed: bool = False
+    context: str = DEFAULTS.context  # which events carried stacks when it was recorded
+    top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
+    cumulative_peak_allocated: int = 0
+    cumulative_trace_entries: int = 0
+    # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
+    time_us: Any = field(default=None, repr=False)
+    allocated: Any = field(default=None, repr=False)
+
+    def to_record(self) -> dict[str, Any]:
+        rec = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("time_us", "allocated", "top_blocks")}
+        rec["path"] = str(self.path) if self.path is not None else None
+        rec["peak_increase"] = self.peak_increase
+        rec["kept"] = self.kept
+        return rec
+
+
+def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, *, position: int = 1,
+                           file_bytes: int | None = None) -> Interval:
+    """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
+    its peak. Step, rank, device and tag come from the snapshot's ``memsnap`` block, else from
+    ``path`` (verl's layout), else ``position`` is the step."""
+    from .analysis import alive_at, decimate_index, pick_device, summarize
+
+    meta = Meta.from_snapshot(snap)
+    named = parse_path(path) if path is not None else PathInfo()
+    index = _trace_index(meta.device) if meta.device is not None else pick_device(snap)
+    summary = summarize(snap, index)
+    keep = decimate_index(summary.allocated)
+    return Interval(
+        step=_first(meta.step, named.step, position), rank=_first(meta.rank, named.rank, 0),
+        device=meta.device if meta.device is not None else f"device:{index}", path=path, **summary.figures(),
+        error=meta.error, allocator_peak_allocated=meta.allocator_peak_allocated, clear=meta.clear,
+        tag=_first(meta.tag, named.tag, DEFAULTS.tag), file_bytes=file_bytes,
+        overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
+        context=_first(meta.context, DEFAULTS.context), top_blocks=alive_at(summary),
+        time_us=summary.times_at(keep), allocated=summary.allocated[keep])
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _trace_index(device: str) -> int:
+    """The ``device_traces`` entry of a recorded device: its index; the CPU's single trace is 0."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else 0
+
+
+def read_interval(path: Path, position: int) -> Interval:
+    """One file as an interval; ``position`` (1-based) is the step when nothing names one."""
+    snap = load_snapshot(path)
+    try:
+        return interval_from_snapshot(snap, path, position=position, file_bytes=path.stat().st_size)
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {e}") from None
+
+
+def read_intervals(paths: Iterable[str | os.PathLike[str]], progress: bool = False) -> Iterator[Interval]:
+    """Files and folders (searched recursively) as intervals, with a progress bar if asked."""
+    files = find_snapshots(paths)
+    bar = None
+    if progress and len(files) > 1:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(files), unit="file", desc="memsnap: reading", leave=False)
+    try:
+        for n, path in enumerate(files, start=1):
+            yield read_interval(path, n)
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()

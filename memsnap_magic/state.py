@@ -1,0 +1,85 @@
+"""The process-wide state of memsnap_magic: one object, one public ``reset()``.
+
+Everything that outlives a cell lives here: the session the magic fills, the recorders running
+now (``mark()`` talks to the innermost), the backend of each device (so recording left on by a
+``clear=false`` cell is found again by the next cell), which accelerator kinds are recording
+(PyTorch records every device of a kind at once), the CPU profiler session and the one-time
+warnings already given. Importing this module imports nothing else of ours.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .session_state import Session
+
+
+class Marked(Protocol):
+    """What ``mark()`` needs of a running ``Recorder``."""
+
+    steps: tuple[int, ...] | None
+
+    def mark_step(self, step: int) -> None: ...
+
+
+class State:
+    def __init__(self) -> None:
+        self._session: Session | None = None
+        self.active: list[Marked] = []  # the Recorders running now, innermost last
+        self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
+        self.recording_kinds: set[str] = set()  # accelerator kinds with history recording on
+        self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
+        self.warned: set[str] = set()  # keys of the one-time warnings already given
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            from .session_state import Session  # here, not above: it needs numpy-free imports only
+
+            self._session = Session()
+        return self._session
+
+    def recording_devices(self) -> list[str]:
+        """The devices whose recording we started and left on."""
+        return [name for name, backend in self.backends.items() if backend.recording]
+
+    def stop_all(self) -> list[str]:
+        """Stop every recording we started; returns the devices that were recording."""
+        stopped, failures = [], []
+        for name, backend in self.backends.items():
+            if backend.recording:
+                try:
+                    backend.end(keep=False)
+                    stopped.append(name)
+                except Exception as e:  # try every backend; report what could not stop
+                    failures.append(f"{name}: {type(e).__name__}: {e}")
+        if failures:
+            warnings.warn("memsnap: could not stop recording on " + "; ".join(failures), RuntimeWarning, stacklevel=2)
+        return stopped
+
+    def warn_once(self, key: str, message: str) -> None:
+        """Warn with ``message`` the first time ``key`` comes up in this process."""
+        if key not in self.warned:
+            self.warned.add(key)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def reset(self) -> None:
+        """Stop our recordings and forget intervals, session defaults and dashboards, as in a
+        fresh process. The CPU profiler object and the one-time warnings stay: they belong to the
+        process, not to a session."""
+        self.stop_all()
+        self.active.clear()
+        self.backends.clear()
+        self.recording_kinds.clear()
+        self._session = None
+
+
+STATE = State()
+
+
+def session() -> Session:
+    """The process-wide session the magic and ``Recorder`` add to."""
+    return STATE.session
