@@ -11,8 +11,18 @@ profiler's one-off start is paid by a warm-up round (row 5 measures it).
 
 from __future__ import annotations
 
-from common import (MLP_SETUP, Context, Row, close_shell, interleaved, make_shell, mlp_steps,
-                    ratio_row, run_cell, torch_threads)
+from common import (
+    MLP_SETUP,
+    Context,
+    Row,
+    close_shell,
+    interleaved,
+    make_shell,
+    mlp_steps,
+    ratio_row,
+    run_cell,
+    torch_threads,
+)
 
 NAME = "cell"
 STEPS = 15
@@ -26,12 +36,23 @@ def run(ctx: Context) -> list[Row]:
     try:
         with torch_threads(1):
             run_cell(shell, MLP_SETUP)
-            times = interleaved({"measured": lambda: run_cell(shell, "%%memsnap\n" + body),
-                                 "reference": lambda: run_cell(shell, body)}, ctx.repeats)
+            times = interleaved(
+                {"measured": lambda: run_cell(shell, "%%memsnap\n" + body), "reference": lambda: run_cell(shell, body)},
+                ctx.repeats,
+            )
         entries = session().intervals[-1].trace_entries
     finally:
         close_shell(shell)
         session().reset()
-    return [ratio_row("cell_overhead", f"%%memsnap cell, CPU, {STEPS} MLP steps",
-                      "same cell without the magic", times, 1.25,
-                      steps=STEPS, torch_threads=1, trace_entries=entries)]
+    return [
+        ratio_row(
+            "cell_overhead",
+            f"%%memsnap cell, CPU, {STEPS} MLP steps",
+            "same cell without the magic",
+            times,
+            1.25,
+            steps=STEPS,
+            torch_threads=1,
+            trace_entries=entries,
+        )
+    ]

@@ -30,6 +30,14 @@ def run(ctx: Context) -> list[Row]:
             pickle.dump(snap, f, protocol=4)
 
     times = interleaved({"measured": lambda: dump_snapshot(snap, ours), "reference": plain}, 3 * ctx.repeats)
-    return [ratio_row("dump_vs_pickle_dump", f"dump_snapshot, {entries:,} entries x 4 frames",
-                      "pickle.dump(protocol=4), same folder", times, 1.2,
-                      entries=entries, file_bytes=ours.stat().st_size)]
+    return [
+        ratio_row(
+            "dump_vs_pickle_dump",
+            f"dump_snapshot, {entries:,} entries x 4 frames",
+            "pickle.dump(protocol=4), same folder",
+            times,
+            1.2,
+            entries=entries,
+            file_bytes=ours.stat().st_size,
+        )
+    ]

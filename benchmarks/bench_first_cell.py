@@ -16,8 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import (MLP_SETUP, Context, Row, interleaved, make_shell, mlp_steps, run_cell, timed,
-                    torch_threads)
+from common import MLP_SETUP, Context, Row, interleaved, make_shell, mlp_steps, run_cell, timed, torch_threads
 
 NAME = "first_cell"
 STEPS = 15
@@ -30,8 +29,11 @@ def child(work: Path, later: int) -> None:
         run_cell(shell, MLP_SETUP)
         run_cell(shell, body)
         first = timed(lambda: run_cell(shell, "%%memsnap\n" + body))
-        times = interleaved({"magic": lambda: run_cell(shell, "%%memsnap\n" + body),
-                             "plain": lambda: run_cell(shell, body)}, later, warmup=0)
+        times = interleaved(
+            {"magic": lambda: run_cell(shell, "%%memsnap\n" + body), "plain": lambda: run_cell(shell, body)},
+            later,
+            warmup=0,
+        )
     print(json.dumps({"first": first, **times}))
 
 
@@ -40,8 +42,12 @@ def run(ctx: Context) -> list[Row]:
     later = ctx.pick(5, 3)
     samples = []
     for n in range(processes):
-        proc = subprocess.run([sys.executable, __file__, "--child", str(ctx.work / f"first{n}"), str(later)],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", str(ctx.work / f"first{n}"), str(later)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         samples.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -50,12 +56,29 @@ def run(ctx: Context) -> list[Row]:
     later_plain = statistics.median(statistics.median(s["plain"]) for s in samples)
     value = first / later_magic
     added = first - later_magic
-    return [Row("first_cell", "first %%memsnap cell of a process / later ones",
-                "later %%memsnap cells, same process", value, "x", "report only", None,
-                {"first_s": first, "later_magic_s": later_magic, "later_plain_s": later_plain,
-                 "first_added_s": added, "processes": processes, "later_cells_per_process": later,
-                 "samples": samples, "steps": STEPS, "torch_threads": 1},
-                note=f"+{added:.3f} s")]
+    return [
+        Row(
+            "first_cell",
+            "first %%memsnap cell of a process / later ones",
+            "later %%memsnap cells, same process",
+            value,
+            "x",
+            "report only",
+            None,
+            {
+                "first_s": first,
+                "later_magic_s": later_magic,
+                "later_plain_s": later_plain,
+                "first_added_s": added,
+                "processes": processes,
+                "later_cells_per_process": later,
+                "samples": samples,
+                "steps": STEPS,
+                "torch_threads": 1,
+            },
+            note=f"+{added:.3f} s",
+        )
+    ]
 
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--child":

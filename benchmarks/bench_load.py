@@ -26,6 +26,15 @@ def run(ctx: Context) -> list[Row]:
             pickle.load(f)
 
     times = interleaved({"measured": lambda: load_snapshot(path), "reference": plain}, ctx.repeats)
-    return [ratio_row("load_snapshot_vs_pickle_load", f"load_snapshot, {entries:,} entries x 4 frames",
-                      "pickle.load of the same file", times, 1.25,
-                      entries=entries, frames_per_entry=4, file_bytes=path.stat().st_size)]
+    return [
+        ratio_row(
+            "load_snapshot_vs_pickle_load",
+            f"load_snapshot, {entries:,} entries x 4 frames",
+            "pickle.load of the same file",
+            times,
+            1.25,
+            entries=entries,
+            frames_per_entry=4,
+            file_bytes=path.stat().st_size,
+        )
+    ]

@@ -71,15 +71,31 @@ def run(ctx: Context) -> list[Row]:
     value = max(plain.values()) / min(plain.values())
     trace_ratio = max(per_entry.values()) / min(per_entry.values())
     ns = {str(n): round(t * 1e9, 1) for n, t in plain.items()}
-    note = (", ".join(f"{n // 1000}k: {ns[str(n)]:.0f} ns" for n in sizes)
-            + f"; of which {statistics.median(fixed.values()) * 1e3:.2g} ms per call is the end state;"
-            + f" {trace_ratio:.2f}x without it")
-    return [Row("summarize_scale", "summarize time per entry, max/min over sizes",
-                f"summarize at {', '.join(f'{n:,}' for n in sizes)} entries (1 frame each)",
-                value, "x", "<= 1.5x", value <= 1.5,
-                {"ns_per_entry": ns, "end_state_ms": {str(n): round(t * 1e3, 3) for n, t in fixed.items()},
-                 "segments": {str(n): len(full[n][0]["segments"]) for n in sizes},
-                 "ns_per_trace_entry": {str(n): round(t * 1e9, 1) for n, t in per_entry.items()},
-                 "ratio_per_trace_entry": trace_ratio, "times_s": times, "calls_per_sample": calls,
-                 "repeats": 3 * ctx.repeats, "frames_per_entry": 1}, note=note)]
-
+    note = (
+        ", ".join(f"{n // 1000}k: {ns[str(n)]:.0f} ns" for n in sizes)
+        + f"; of which {statistics.median(fixed.values()) * 1e3:.2g} ms per call is the end state;"
+        + f" {trace_ratio:.2f}x without it"
+    )
+    return [
+        Row(
+            "summarize_scale",
+            "summarize time per entry, max/min over sizes",
+            f"summarize at {', '.join(f'{n:,}' for n in sizes)} entries (1 frame each)",
+            value,
+            "x",
+            "<= 1.5x",
+            value <= 1.5,
+            {
+                "ns_per_entry": ns,
+                "end_state_ms": {str(n): round(t * 1e3, 3) for n, t in fixed.items()},
+                "segments": {str(n): len(full[n][0]["segments"]) for n in sizes},
+                "ns_per_trace_entry": {str(n): round(t * 1e9, 1) for n, t in per_entry.items()},
+                "ratio_per_trace_entry": trace_ratio,
+                "times_s": times,
+                "calls_per_sample": calls,
+                "repeats": 3 * ctx.repeats,
+                "frames_per_entry": 1,
+            },
+            note=note,
+        )
+    ]

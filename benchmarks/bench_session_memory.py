@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from common import MiB, Context, Row, drop_cached, interval_from, make_snapshot, rss_bytes
+from common import Context, MiB, Row, drop_cached, interval_from, make_snapshot, rss_bytes
 
 NAME = "session_memory"
 
@@ -40,10 +40,25 @@ def run(ctx: Context) -> list[Row]:
     growth = rss_bytes() - start
     kept = (sys.getrefcount(snap), sys.getrefcount(snap["device_traces"][0])) != refs
     mb = growth / MiB
-    return [Row("session_memory", f"RSS growth, {steps} intervals from {entries:,}-entry snapshots",
-                f"one snapshot in memory ({snapshot_bytes / MiB:.0f} MB)", mb, "MB", "<= 200 MB",
-                mb <= 200 and not kept,
-                {"steps": steps, "entries": entries, "frames_per_entry": 4, "growth_bytes": growth,
-                 "snapshot_bytes": snapshot_bytes, "growth_per_step_bytes": growth / steps,
-                 "session_keeps_snapshot": kept, "same_snapshot_reused": True},
-                note=f"{growth / max(snapshot_bytes, 1):.2g}x one snapshot")]
+    return [
+        Row(
+            "session_memory",
+            f"RSS growth, {steps} intervals from {entries:,}-entry snapshots",
+            f"one snapshot in memory ({snapshot_bytes / MiB:.0f} MB)",
+            mb,
+            "MB",
+            "<= 200 MB",
+            mb <= 200 and not kept,
+            {
+                "steps": steps,
+                "entries": entries,
+                "frames_per_entry": 4,
+                "growth_bytes": growth,
+                "snapshot_bytes": snapshot_bytes,
+                "growth_per_step_bytes": growth / steps,
+                "session_keeps_snapshot": kept,
+                "same_snapshot_reused": True,
+            },
+            note=f"{growth / max(snapshot_bytes, 1):.2g}x one snapshot",
+        )
+    ]

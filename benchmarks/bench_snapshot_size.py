@@ -25,10 +25,10 @@ def _record(shell: Any, mode: str, extra: str) -> dict[str, list[int]]:
     for step in range(1, STEPS + 1):
         run_cell(shell, f"%%memsnap step={step} out={mode} {extra}\n{body}")
     run_cell(shell, "%memsnap off")
-    ivs = sorted((iv for iv in session().intervals if iv.path is not None and iv.path.parts[0] == mode),
-                 key=lambda iv: iv.step)
-    return {"file_bytes": [int(iv.file_bytes or 0) for iv in ivs],
-            "trace_entries": [iv.trace_entries for iv in ivs]}
+    ivs = sorted(
+        (iv for iv in session().intervals if iv.path is not None and iv.path.parts[0] == mode), key=lambda iv: iv.step
+    )
+    return {"file_bytes": [int(iv.file_bytes or 0) for iv in ivs], "trace_entries": [iv.trace_entries for iv in ivs]}
 
 
 def run(ctx: Context) -> list[Row]:
@@ -48,13 +48,27 @@ def run(ctx: Context) -> list[Row]:
         b = data["file_bytes"][-1] / data["file_bytes"][0]
         e = data["trace_entries"][-1] / data["trace_entries"][0]
         if mode == "reset":
-            row = Row("snapshot_size_reset", "step 10 / step 1 snapshot, reset (default)",
-                      "step 1 of the same run", b, "x", "<= 1.1x (bytes, entries)",
-                      b <= 1.1 and e <= 1.1, note=f"entries {e:.3g}x")
+            row = Row(
+                "snapshot_size_reset",
+                "step 10 / step 1 snapshot, reset (default)",
+                "step 1 of the same run",
+                b,
+                "x",
+                "<= 1.1x (bytes, entries)",
+                b <= 1.1 and e <= 1.1,
+                note=f"entries {e:.3g}x",
+            )
         else:
-            row = Row("snapshot_size_cumulative", "step 10 / step 1 snapshot, clear=false",
-                      "step 1 of the same run", b, "x", "~10x (entries 8-12x)",
-                      8 <= e <= 12, note=f"entries {e:.3g}x")
+            row = Row(
+                "snapshot_size_cumulative",
+                "step 10 / step 1 snapshot, clear=false",
+                "step 1 of the same run",
+                b,
+                "x",
+                "~10x (entries 8-12x)",
+                8 <= e <= 12,
+                note=f"entries {e:.3g}x",
+            )
         row.details = {**data, "bytes_ratio": b, "entries_ratio": e, "steps": STEPS}
         rows.append(row)
     return rows

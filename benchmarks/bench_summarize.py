@@ -29,17 +29,29 @@ def run(ctx: Context) -> list[Row]:
     entries = ctx.pick(200_000, 50_000)
     # the real one first: the synthetic snapshot stays cached for the next benchmarks, and a
     # bigger heap changes how often the collector runs during the reference load
-    real = measure(ctx, "summarize_real_vs_pickle_load",
-                   f"summarize, {entries:,} entries tiled from a real CUDA step",
-                   lambda: tiled_cuda_snapshot(entries), limit=None)
-    synthetic = measure(ctx, "summarize_vs_pickle_load", f"summarize, {entries:,} entries x 4 frames",
-                        lambda: snapshot(entries, frames=4), limit=0.10, frames_per_entry=4)
+    real = measure(
+        ctx,
+        "summarize_real_vs_pickle_load",
+        f"summarize, {entries:,} entries tiled from a real CUDA step",
+        lambda: tiled_cuda_snapshot(entries),
+        limit=None,
+    )
+    synthetic = measure(
+        ctx,
+        "summarize_vs_pickle_load",
+        f"summarize, {entries:,} entries x 4 frames",
+        lambda: snapshot(entries, frames=4),
+        limit=0.10,
+        frames_per_entry=4,
+    )
     return [synthetic, real]
 
 
-def measure(ctx: Context, name: str, what: str, build: Callable[[], dict[str, Any]],
-            limit: float | None, **details: Any) -> Row:
-    from memsnap_magic.analysis import alive_at, summarize
+def measure(
+    ctx: Context, name: str, what: str, build: Callable[[], dict[str, Any]], limit: float | None, **details: Any
+) -> Row:
+    from memsnap_magic.alive import alive_at
+    from memsnap_magic.analysis import summarize
 
     path = ctx.work / f"{name}.pickle"
     path.write_bytes(pickle.dumps(build(), protocol=4))
@@ -56,11 +68,25 @@ def measure(ctx: Context, name: str, what: str, build: Callable[[], dict[str, An
         finally:
             gc.enable()
 
-    times = interleaved({"measured": lambda: summarize(snap), "reference": load,
-                         "reference_gc_off": load_gc_off,
-                         "with_top_blocks": lambda: alive_at(summarize(snap))}, ctx.repeats)
+    times = interleaved(
+        {
+            "measured": lambda: summarize(snap),
+            "reference": load,
+            "reference_gc_off": load_gc_off,
+            "with_top_blocks": lambda: alive_at(summarize(snap)),
+        },
+        ctx.repeats,
+    )
     med = {k: statistics.median(v) for k, v in times.items()}
-    return ratio_row(name, what, "pickle.load of the same file", times, limit,
-                     entries=len(snap["device_traces"][0]), file_bytes=path.stat().st_size,
-                     ratio_vs_load_gc_off=med["measured"] / med["reference_gc_off"],
-                     ratio_with_top_blocks=med["with_top_blocks"] / med["reference"], **details)
+    return ratio_row(
+        name,
+        what,
+        "pickle.load of the same file",
+        times,
+        limit,
+        entries=len(snap["device_traces"][0]),
+        file_bytes=path.stat().st_size,
+        ratio_vs_load_gc_off=med["measured"] / med["reference_gc_off"],
+        ratio_with_top_blocks=med["with_top_blocks"] / med["reference"],
+        **details,
+    )

@@ -17,9 +17,10 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without ``pip install -e .``
@@ -36,11 +37,11 @@ class Row:
     what: str
     reference: str
     value: float
-    unit: str                      # "x", "s", "MB"
-    target: str                    # readable target, e.g. "<= 0.10x"
-    passed: bool | None            # None: reported only, no target
+    unit: str  # "x", "s", "MB"
+    target: str  # readable target, e.g. "<= 0.10x"
+    passed: bool | None  # None: reported only, no target
     details: dict[str, Any] = field(default_factory=dict)
-    note: str = ""                 # shown after the value in the table
+    note: str = ""  # shown after the value in the table
 
     def measured(self) -> str:
         text = f"{self.value:.3g}x" if self.unit == "x" else f"{self.value:.3g} {self.unit}"
@@ -59,17 +60,31 @@ class Context:
         return quick if self.quick else full
 
 
-def ratio_row(name: str, what: str, reference: str, times: dict[str, list[float]], limit: float | None,
-              **details: Any) -> Row:
+def ratio_row(
+    name: str, what: str, reference: str, times: dict[str, list[float]], limit: float | None, **details: Any
+) -> Row:
     """A row whose value is median(times["measured"]) / median(times["reference"]), target
     ``<= limit`` (``None``: reported only)."""
     med = {k: statistics.median(v) for k, v in times.items()}
     value = med["measured"] / med["reference"]
     pairs = [a / b for a, b in zip(times["measured"], times["reference"])]
     target, passed = ("report only", None) if limit is None else (f"<= {limit:g}x", value <= limit)
-    return Row(name, what, reference, value, "x", target, passed,
-               {"median_s": med, "median_of_pair_ratios": statistics.median(pairs),
-                "times_s": times, "repeats": len(times["measured"]), **details})
+    return Row(
+        name,
+        what,
+        reference,
+        value,
+        "x",
+        target,
+        passed,
+        {
+            "median_s": med,
+            "median_of_pair_ratios": statistics.median(pairs),
+            "times_s": times,
+            "repeats": len(times["measured"]),
+            **details,
+        },
+    )
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -111,8 +126,7 @@ T0_US = 1_750_000_000_000_000  # an epoch time in microseconds, like real traces
 def _frame_pool(rng: random.Random, n: int) -> list[dict[str, Any]]:
     files = [f"/opt/venv/lib/python3.11/site-packages/torch/nn/modules/mod{i}.py" for i in range(40)]
     files += [f"/tmp/ipykernel_4242/{3000 + i}.py" for i in range(10)]
-    return [{"filename": rng.choice(files), "line": rng.randrange(1, 2000), "name": f"fn_{i}"}
-            for i in range(n)]
+    return [{"filename": rng.choice(files), "line": rng.randrange(1, 2000), "name": f"fn_{i}"} for i in range(n)]
 
 
 def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000) -> dict[str, Any]:
@@ -132,7 +146,7 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
     pool = _frame_pool(rng, 4000)
     choice, randrange, rand = rng.choice, rng.randrange, rng.random
     bump = 0x7F00_0000_0000
-    free_slots: list[tuple[int, int]] = []   # (addr, capacity) of freed blocks, for reuse
+    free_slots: list[tuple[int, int]] = []  # (addr, capacity) of freed blocks, for reuse
     blocks: dict[int, tuple[int, int, list[dict[str, Any]]]] = {}  # addr -> (size, capacity, frames)
 
     def place(size: int) -> tuple[int, int]:
@@ -152,7 +166,7 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
         addr, cap = place(size)
         blocks[addr] = (size, cap, [choice(pool) for _ in range(frames)])
         before.append(addr)
-    ours: list[int] = []    # blocks the trace allocated and that are still live
+    ours: list[int] = []  # blocks the trace allocated and that are still live
     trace: list[dict[str, Any]] = []
     t = T0_US
     while len(trace) < entries:
@@ -165,8 +179,7 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
             stack = [choice(pool) for _ in range(frames)]
             blocks[addr] = (size, cap, stack)
             ours.append(addr)
-            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
-                          "time_us": t, "frames": stack})
+            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": stack})
             continue
         pick_old = before and (not ours or rand() < 0.1)
         group = before if pick_old else ours
@@ -176,8 +189,16 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
         size, cap, _ = blocks.pop(addr)
         free_slots.append((addr, cap))
         for action in ("free_requested", "free_completed"):
-            trace.append({"action": action, "addr": addr, "size": size, "stream": 0,
-                          "time_us": t, "frames": [choice(pool) for _ in range(frames)]})
+            trace.append(
+                {
+                    "action": action,
+                    "addr": addr,
+                    "size": size,
+                    "stream": 0,
+                    "time_us": t,
+                    "frames": [choice(pool) for _ in range(frames)],
+                }
+            )
     segments = []
     ends = sorted(blocks)
     for n, addr in enumerate(ends):
@@ -185,18 +206,30 @@ def make_snapshot(entries: int, frames: int = 4, seed: int = 0, live: int = 1000
         # freed space up to the next live block (at most 2 MiB) stays in the segment, inactive
         gap = (ends[n + 1] if n + 1 < len(ends) else bump) - (addr + cap)
         total = cap + min(max(gap, 0), 2 * MiB)
-        seg_blocks = [{"address": addr, "size": cap, "requested_size": size, "state": "active_allocated",
-                       "frames": list(bframes)}]
+        seg_blocks = [
+            {"address": addr, "size": cap, "requested_size": size, "state": "active_allocated", "frames": list(bframes)}
+        ]
         if total > cap:
-            seg_blocks.append({"address": addr + cap, "size": total - cap, "requested_size": 0,
-                               "state": "inactive", "frames": []})
-        segments.append({"device": 0, "address": addr, "total_size": total, "allocated_size": cap,
-                         "active_size": cap, "requested_size": size, "stream": 0,
-                         "segment_type": "large" if total > MiB else "small",
-                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
-                         "blocks": seg_blocks})
-    return {"segments": segments, "device_traces": [trace], "allocator_settings": {},
-            "external_annotations": []}
+            seg_blocks.append(
+                {"address": addr + cap, "size": total - cap, "requested_size": 0, "state": "inactive", "frames": []}
+            )
+        segments.append(
+            {
+                "device": 0,
+                "address": addr,
+                "total_size": total,
+                "allocated_size": cap,
+                "active_size": cap,
+                "requested_size": size,
+                "stream": 0,
+                "segment_type": "large" if total > MiB else "small",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": [],
+                "blocks": seg_blocks,
+            }
+        )
+    return {"segments": segments, "device_traces": [trace], "allocator_settings": {}, "external_annotations": []}
 
 
 def tiled_cuda_snapshot(entries: int) -> dict[str, Any]:
@@ -211,8 +244,7 @@ def tiled_cuda_snapshot(entries: int) -> dict[str, Any]:
     trace = snap["device_traces"][0]
     allocated = {e["addr"] for e in trace if e["action"] == "alloc"}
     freed = {e["addr"] for e in trace if e["action"] == "free_completed"} & allocated
-    step = [e for e in trace if e.get("addr") in freed
-            and e["action"] in ("alloc", "free_requested", "free_completed")]
+    step = [e for e in trace if e.get("addr") in freed and e["action"] in ("alloc", "free_requested", "free_completed")]
     copies = -(-entries // len(step))
     tiled = [dict(e, addr=e["addr"] + (k << 40)) for k in range(1, copies + 1) for e in step]
     return dict(snap, device_traces=[tiled])
@@ -258,11 +290,13 @@ y = torch.randint(0, 10, (64,))
 
 def mlp_steps(steps: int) -> str:
     """A cell body: ``steps`` training steps (forward, backward, step, zero_grad) of the MLP."""
-    return (f"for _ in range({steps}):\n"
-            "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
-            "    loss.backward()\n"
-            "    opt.step()\n"
-            "    opt.zero_grad()\n")
+    return (
+        f"for _ in range({steps}):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
 
 
 def make_shell(work_dir: Path) -> Any:

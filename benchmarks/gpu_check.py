@@ -82,8 +82,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shar
 from common import interleaved, make_shell  # noqa: E402
 
 MiB = 1 << 20
-FIXTURE_LIMIT = 2_000_000          # bytes: "<= 2 MB" under either reading of MB
-OOM_NUMEL = int(1e15)              # 4 PB of float32: refused at once by any allocator
+FIXTURE_LIMIT = 2_000_000  # bytes: "<= 2 MB" under either reading of MB
+OOM_NUMEL = int(1e15)  # 4 PB of float32: refused at once by any allocator
 OOM_STEP = 50
 FIXTURE_MAX_ENTRIES = (100_000, 2_000, 500, 120)  # tried in order until the file fits
 
@@ -97,18 +97,18 @@ class SectionTimeout(BaseException):
 class Plan:
     """Sizes and repeat counts: the real GPU run or the CPU dry run."""
 
-    device: str              # "cuda" or "cpu"
+    device: str  # "cuda" or "cpu"
     d_model: int
     nhead: int
     ff: int
     batch: int
     seq: int
     leak_bytes: int
-    gap_s: float             # idle time between intervals, so their time_us ranges cannot touch
-    repeats: int             # interleaved repeats of the overhead measurement
-    bench_steps: int         # training steps per timed cell
-    large_tensors: int       # tensors made and freed in the large-trace cell (~3 trace entries each)
-    large_repeats: int       # interleaved repeats of the large-trace latency measurement
+    gap_s: float  # idle time between intervals, so their time_us ranges cannot touch
+    repeats: int  # interleaved repeats of the overhead measurement
+    bench_steps: int  # training steps per timed cell
+    large_tensors: int  # tensors made and freed in the large-trace cell (~3 trace entries each)
+    large_repeats: int  # interleaved repeats of the large-trace latency measurement
     section_timeout_s: int
 
     @property
@@ -116,19 +116,43 @@ class Plan:
         return self.device == "cpu"
 
 
-GPU_PLAN = Plan(device="cuda", d_model=512, nhead=8, ff=2048, batch=16, seq=128,
-                leak_bytes=64 * MiB, gap_s=0.1, repeats=15, bench_steps=5, large_tensors=70_000, large_repeats=3,
-                section_timeout_s=150)
-DRY_PLAN = Plan(device="cpu", d_model=32, nhead=4, ff=64, batch=4, seq=16,
-                leak_bytes=1 * MiB, gap_s=0.03, repeats=3, bench_steps=2, large_tensors=1_500,
-                large_repeats=2, section_timeout_s=60)
+GPU_PLAN = Plan(
+    device="cuda",
+    d_model=512,
+    nhead=8,
+    ff=2048,
+    batch=16,
+    seq=128,
+    leak_bytes=64 * MiB,
+    gap_s=0.1,
+    repeats=15,
+    bench_steps=5,
+    large_tensors=70_000,
+    large_repeats=3,
+    section_timeout_s=150,
+)
+DRY_PLAN = Plan(
+    device="cpu",
+    d_model=32,
+    nhead=4,
+    ff=64,
+    batch=4,
+    seq=16,
+    leak_bytes=1 * MiB,
+    gap_s=0.03,
+    repeats=3,
+    bench_steps=2,
+    large_tensors=1_500,
+    large_repeats=2,
+    section_timeout_s=60,
+)
 
 
 @dataclass(frozen=True)
 class Phase:
     name: str
-    mode: str                # "cell": one %%memsnap cell per step; "marked": steps= + mark()
-    route: str               # "default" or "toggle"
+    mode: str  # "cell": one %%memsnap cell per step; "marked": steps= + mark()
+    route: str  # "default" or "toggle"
     steps: tuple[int, ...]
     leak_step: int
 
@@ -160,7 +184,7 @@ class State:
     leaks: list[Leak] = field(default_factory=list)
     previous_keys: set[tuple[Any, ...]] = field(default_factory=set)
     log: io.StringIO = field(default_factory=io.StringIO)
-    deadline: float = float("inf")   # time.perf_counter() after which no section starts
+    deadline: float = float("inf")  # time.perf_counter() after which no section starts
 
 
 # --------------------------------------------------------------------------- shell and cells
@@ -173,15 +197,17 @@ def now_us() -> int:
 def run_cell(state: State, code: str) -> tuple[Any, list[str]]:
     """Run one cell with its printed output kept in the log; returns (result, warnings)."""
     buf = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, \
-            contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stdout(buf),
+        contextlib.redirect_stderr(buf),
+    ):
         warnings.simplefilter("always")
         res = state.shell.run_cell(code, store_history=True)
     state.log.write(f"--- cell\n{code}\n--- output\n{buf.getvalue()}\n")
     if isinstance(res.error_in_exec, SectionTimeout):
         raise res.error_in_exec
-    notes = [f"{w.category.__name__}: {w.message}" for w in caught
-             if "memsnap" in str(w.message)]
+    notes = [f"{w.category.__name__}: {w.message}" for w in caught if "memsnap" in str(w.message)]
     return res, notes
 
 
@@ -245,8 +271,9 @@ def use_route(plan: Plan, route: str) -> None:
     if route == "default":
         STATE.backends.pop(key, None)  # the magic builds it as usual (clear_route="auto")
     else:
-        STATE.backends[key] = AcceleratorBackend("cuda", torch.cuda.current_device(), torch.cuda,
-                                                 torch.cuda.memory, clear_route=route)
+        STATE.backends[key] = AcceleratorBackend(
+            "cuda", torch.cuda.current_device(), torch.cuda, torch.cuda.memory, clear_route=route
+        )
 
 
 def current_route(plan: Plan) -> str:
@@ -285,8 +312,13 @@ def entry_key(e: dict[str, Any]) -> tuple[Any, ...]:
     return (e["action"], e.get("addr"), e["size"], e.get("time_us"))
 
 
-def verify_reset(trace: list[dict[str, Any]], window: tuple[int, int], previous_keys: set[tuple[Any, ...]],
-                 earlier_leaks: list[Leak], own_leak: Leak | None) -> dict[str, Any]:
+def verify_reset(
+    trace: list[dict[str, Any]],
+    window: tuple[int, int],
+    previous_keys: set[tuple[Any, ...]],
+    earlier_leaks: list[Leak],
+    own_leak: Leak | None,
+) -> dict[str, Any]:
     """Does this step's trace hold only this step's entries? Four independent checks.
 
     - ``in_window``: every ``time_us`` lies in [start - gap/2, end + gap/2]. ``start`` is taken
@@ -307,26 +339,31 @@ def verify_reset(trace: list[dict[str, Any]], window: tuple[int, int], previous_
     lo, hi = window
     times = [e["time_us"] for e in trace if "time_us" in e]
     allocs = {(e.get("addr"), e["size"]) for e in trace if e["action"] == "alloc"}
-    checks: dict[str, Any] = {"nonempty": bool(trace),
-                              "entries_before_start": sum(t < lo for t in times),
-                              "entries_after_end": sum(t > hi for t in times),
-                              "in_window": (lo <= min(times) and max(times) <= hi) if times else None,
-                              # diagnostics for the clock: first entry after lo, last before hi (us)
-                              "first_entry_after_lo_us": (min(times) - lo) if times else None,
-                              "last_entry_before_hi_us": (hi - max(times)) if times else None,
-                              # informational: the marker each _snapshot() leaves after its read
-                              # (CUDA); the previous dump's marker should have been cleared
-                              "snapshot_markers": sum(e["action"] == "snapshot" for e in trace)}
+    checks: dict[str, Any] = {
+        "nonempty": bool(trace),
+        "entries_before_start": sum(t < lo for t in times),
+        "entries_after_end": sum(t > hi for t in times),
+        "in_window": (lo <= min(times) and max(times) <= hi) if times else None,
+        # diagnostics for the clock: first entry after lo, last before hi (us)
+        "first_entry_after_lo_us": (min(times) - lo) if times else None,
+        "last_entry_before_hi_us": (hi - max(times)) if times else None,
+        # informational: the marker each _snapshot() leaves after its read
+        # (CUDA); the previous dump's marker should have been cleared
+        "snapshot_markers": sum(e["action"] == "snapshot" for e in trace),
+    }
     if times and len(times) == len(trace):
         checks["shared_with_previous"] = len({entry_key(e) for e in trace} & previous_keys)
     else:
         checks["shared_with_previous"] = None
     checks["stale_leak_allocs"] = sum((lk.addr, lk.size) in allocs for lk in earlier_leaks)
     checks["own_leak_seen"] = ((own_leak.addr, own_leak.size) in allocs) if own_leak else None
-    checks["verified"] = bool(checks["nonempty"] and checks["in_window"] is not False
-                              and not checks["shared_with_previous"]
-                              and checks["stale_leak_allocs"] == 0
-                              and checks["own_leak_seen"] is not False)
+    checks["verified"] = bool(
+        checks["nonempty"]
+        and checks["in_window"] is not False
+        and not checks["shared_with_previous"]
+        and checks["stale_leak_allocs"] == 0
+        and checks["own_leak_seen"] is not False
+    )
     return checks
 
 
@@ -335,8 +372,11 @@ def reference_peak(snap: dict[str, Any], device: int) -> int:
     live: dict[int, int] = {}
     baseline, deltas = 0, []
     trace = snap["device_traces"][device] if device < len(snap["device_traces"]) else []
-    frees = ("free_completed", "free") if any(e["action"] in ("free_completed", "free") for e in trace) \
+    frees = (
+        ("free_completed", "free")
+        if any(e["action"] in ("free_completed", "free") for e in trace)
         else ("free_requested",)
+    )
     for e in trace:
         if e["action"] == "alloc":
             live[e["addr"]] = e["size"]
@@ -362,8 +402,7 @@ def reference_peak(snap: dict[str, Any], device: int) -> int:
     return peak
 
 
-def step_record(state: State, step: int, phase: Phase, window: tuple[int, int],
-                notes: list[str]) -> dict[str, Any]:
+def step_record(state: State, step: int, phase: Phase, window: tuple[int, int], notes: list[str]) -> dict[str, Any]:
     """Load the step's file, run the reset checks, compare the peaks."""
     from memsnap_magic import load_snapshot
 
@@ -382,17 +421,24 @@ def step_record(state: State, step: int, phase: Phase, window: tuple[int, int],
     alloc_peak = iv.allocator_peak_allocated
     snap_peak = iv.peak_allocated
     return {
-        "step": step, "phase": phase.name, "mode": phase.mode, "clear_route": current_route(plan),
+        "step": step,
+        "phase": phase.name,
+        "mode": phase.mode,
+        "clear_route": current_route(plan),
         "leaked_bytes": plan.leak_bytes if own else 0,
         "snapshot_peak_allocated": int(snap_peak),
         "reference_peak_allocated": reference_peak(snap, index),
         "allocator_max_memory_allocated": None if alloc_peak is None else int(alloc_peak),
         "peak_gap_rel": None if not alloc_peak else (alloc_peak - snap_peak) / alloc_peak,
-        "baseline_allocated": int(iv.baseline_allocated), "end_allocated": int(iv.end_allocated),
+        "baseline_allocated": int(iv.baseline_allocated),
+        "end_allocated": int(iv.end_allocated),
         "kept": int(iv.kept),
-        "reset_verified": checks.pop("verified"), "reset_checks": checks,
-        "trace_entries": int(iv.trace_entries), "overflowed": bool(iv.overflowed),
-        "file": str(path), "file_bytes": iv.file_bytes,
+        "reset_verified": checks.pop("verified"),
+        "reset_checks": checks,
+        "trace_entries": int(iv.trace_entries),
+        "overflowed": bool(iv.overflowed),
+        "file": str(path),
+        "file_bytes": iv.file_bytes,
         "warnings": notes,
     }
 
@@ -425,8 +471,7 @@ def run_cell_phase(state: State, phase: Phase) -> None:
         if step == phase.leak_step:
             note_leak(state, step)
         margin = int(plan.gap_s * 1e6 / 2)
-        state.results["steps"].append(step_record(state, step, phase, (start - margin, end + margin),
-                                                  notes))
+        state.results["steps"].append(step_record(state, step, phase, (start - margin, end + margin), notes))
 
 
 def run_marked_phase(state: State, phase: Phase) -> None:
@@ -434,16 +479,17 @@ def run_marked_phase(state: State, phase: Phase) -> None:
     plan = state.plan
     use_route(plan, phase.route)
     listed = ",".join(map(str, phase.steps))
-    code = (f"%%memsnap steps={listed} device={plan.device}\n"
-            f"for _s in {phase.steps!r}:\n"
-            f"    sync()\n"
-            f"    time.sleep({plan.gap_s})\n"
-            f"    t_start[_s] = time.time_ns() // 1000\n"
-            f"    mark(_s)\n"
-            f"    t_marked[_s] = time.time_ns() // 1000\n"
-            f"    loss = train_step()\n"
-            f"    if _s == {phase.leak_step}:\n" + leak_line(plan, "        ") +
-            "sync()\n")
+    code = (
+        f"%%memsnap steps={listed} device={plan.device}\n"
+        f"for _s in {phase.steps!r}:\n"
+        f"    sync()\n"
+        f"    time.sleep({plan.gap_s})\n"
+        f"    t_start[_s] = time.time_ns() // 1000\n"
+        f"    mark(_s)\n"
+        f"    t_marked[_s] = time.time_ns() // 1000\n"
+        f"    loss = train_step()\n"
+        f"    if _s == {phase.leak_step}:\n" + leak_line(plan, "        ") + "sync()\n"
+    )
     res, notes = run_cell(state, code)
     end = now_us()
     require_success(res, f"marked cell {listed}")
@@ -477,9 +523,11 @@ def section_oom(state: State) -> None:
 
     use_route(plan, "default")
     step = OOM_STEP
-    code = (f"%%memsnap step={step} device=cuda tag=oom\n"
-            f"small = torch.empty(1 << 20, device=_dev)\n"
-            f"huge = torch.empty({OOM_NUMEL}, device=_dev)\n")
+    code = (
+        f"%%memsnap step={step} device=cuda tag=oom\n"
+        f"small = torch.empty(1 << 20, device=_dev)\n"
+        f"huge = torch.empty({OOM_NUMEL}, device=_dev)\n"
+    )
     t0 = time.perf_counter()
     res, notes = run_cell(state, code)
     elapsed = time.perf_counter() - t0
@@ -492,11 +540,15 @@ def section_oom(state: State) -> None:
     state.shell.user_ns.pop("small", None)
     torch.cuda.empty_cache()
     state.results["oom"] = {
-        "skipped": False, "step": step, "elapsed_s": round(elapsed, 3),
+        "skipped": False,
+        "step": step,
+        "elapsed_s": round(elapsed, 3),
         "error_type": None if err is None else f"{type(err).__module__}.{type(err).__qualname__}",
         "error_is_cuda_oom": type(err) is torch.cuda.OutOfMemoryError,
-        "cell_failed": not res.success, "interval_error": iv.error,
-        "file": None if path is None else str(path), "file_bytes": iv.file_bytes,
+        "cell_failed": not res.success,
+        "interval_error": iv.error,
+        "file": None if path is None else str(path),
+        "file_bytes": iv.file_bytes,
         "oom_entries": len(oom_entries),
         "oom_entry": {k: v for k, v in oom_entries[0].items() if k != "frames"} if oom_entries else None,
         "warnings": notes,
@@ -512,9 +564,13 @@ def section_auto_device(state: State) -> None:
     require_success(res, "auto-device cell")
     iv = interval_for(70, "auto")
     expected = device_key(state.plan)
-    state.results["auto_device"] = {"device": iv.device, "expected": expected,
-                                    "ok": iv.device == expected and iv.path is not None,
-                                    "trace_entries": int(iv.trace_entries), "warnings": notes}
+    state.results["auto_device"] = {
+        "device": iv.device,
+        "expected": expected,
+        "ok": iv.device == expected and iv.path is not None,
+        "trace_entries": int(iv.trace_entries),
+        "warnings": notes,
+    }
 
 
 def section_views(state: State) -> None:
@@ -535,10 +591,13 @@ def section_views(state: State) -> None:
     finally:
         captured, shell.display_pub = shell.display_pub.outputs, plain
     data = captured[-1]["data"] if captured else {}
-    state.results["views"] = {"list_lines": len(buf.getvalue().splitlines()),
-                              "list_head": buf.getvalue().splitlines()[:4],
-                              "show_mimetypes": sorted(data), "show_s": round(show_s, 3),
-                              "show_text": data.get("text/plain", "")[:2000]}
+    state.results["views"] = {
+        "list_lines": len(buf.getvalue().splitlines()),
+        "list_head": buf.getvalue().splitlines()[:4],
+        "show_mimetypes": sorted(data),
+        "show_s": round(show_s, 3),
+        "show_text": data.get("text/plain", "")[:2000],
+    }
 
 
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
@@ -546,14 +605,14 @@ def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str)
     return the JSON it printed on its ``RESULT `` line."""
     import subprocess
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               **env)
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout_s, cwd=cwd)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]), **env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(f"probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 ASYNC_PROBE = """
@@ -575,10 +634,12 @@ def section_async_allocator(state: State) -> None:
     if state.plan.device != "cuda":
         state.results["async_allocator"] = {"skipped": True, "reason": "no CUDA device (dry run)"}
         return
-    found = run_probe(ASYNC_PROBE, [], state.work_dir, 120,
-                      PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
-    found["ok"] = (found["allocator"] == "cudaMallocAsync" and found["error_type"] == "UsageError"
-                   and "cudaMallocAsync" in (found["message"] or ""))
+    found = run_probe(ASYNC_PROBE, [], state.work_dir, 120, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    found["ok"] = (
+        found["allocator"] == "cudaMallocAsync"
+        and found["error_type"] == "UsageError"
+        and "cudaMallocAsync" in (found["message"] or "")
+    )
     state.results["async_allocator"] = found
 
 
@@ -610,20 +671,42 @@ def section_demo(state: State) -> None:
     """notebooks/demo.ipynb's code cells in a fresh process, with ``DEVICE`` set to this device."""
     workdir = state.work_dir / "demo"
     workdir.mkdir(parents=True, exist_ok=True)
-    found = run_probe(DEMO_PROBE, [str(REPO_ROOT / "notebooks" / "demo.ipynb"), state.plan.device],
-                      workdir, 150, MPLBACKEND="Agg")
+    found = run_probe(
+        DEMO_PROBE, [str(REPO_ROOT / "notebooks" / "demo.ipynb"), state.plan.device], workdir, 150, MPLBACKEND="Agg"
+    )
     by_step = {r["step"]: r for r in found["intervals"]}
     spike = by_step[2]["peak_allocated"] - by_step[2]["baseline_allocated"]
-    demo = {"cells": found["cells"], "failed": found["failed"],
-            "devices": sorted({r["device"] for r in found["intervals"]}),
-            "steps": [{k: r[k] for k in ("step", "baseline_allocated", "peak_allocated", "kept",
-                                         "trace_entries", "cumulative_trace_entries", "clear")}
-                      for r in found["intervals"]],
-            "step2_rise": spike, "step3_kept": by_step[3]["kept"],
-            "show_displayed": any("application/vnd.jupyter.widget-view+json" in d for d in found["displayed"])}
+    demo = {
+        "cells": found["cells"],
+        "failed": found["failed"],
+        "devices": sorted({r["device"] for r in found["intervals"]}),
+        "steps": [
+            {
+                k: r[k]
+                for k in (
+                    "step",
+                    "baseline_allocated",
+                    "peak_allocated",
+                    "kept",
+                    "trace_entries",
+                    "cumulative_trace_entries",
+                    "clear",
+                )
+            }
+            for r in found["intervals"]
+        ],
+        "step2_rise": spike,
+        "step3_kept": by_step[3]["kept"],
+        "show_displayed": any("application/vnd.jupyter.widget-view+json" in d for d in found["displayed"]),
+    }
     # the demo's story: step 2 spikes by its 64 MiB temporary; step 3 keeps its 4 MiB activations
-    demo["ok"] = (not found["failed"] and demo["devices"] == [device_key(state.plan)]
-                  and spike >= 64 * MiB and by_step[3]["kept"] >= 4 * MiB and demo["show_displayed"])
+    demo["ok"] = (
+        not found["failed"]
+        and demo["devices"] == [device_key(state.plan)]
+        and spike >= 64 * MiB
+        and by_step[3]["kept"] >= 4 * MiB
+        and demo["show_displayed"]
+    )
     state.results["demo"] = demo
 
 
@@ -634,14 +717,16 @@ def fixture_step(state: State) -> tuple[Any, int]:
     use_route(plan, "default")
     for n, max_entries in enumerate(FIXTURE_MAX_ENTRIES):
         step = 60 + n
-        res, _ = run_cell(state, f"%%memsnap step={step} device={plan.device} tag=fixture "
-                                 f"max_entries={max_entries}\nloss = train_step()\nsync()\n")
+        res, _ = run_cell(
+            state,
+            f"%%memsnap step={step} device={plan.device} tag=fixture "
+            f"max_entries={max_entries}\nloss = train_step()\nsync()\n",
+        )
         require_success(res, "fixture cell")
         iv = interval_for(step, "fixture")
         if iv.path is not None and iv.file_bytes is not None and iv.file_bytes <= FIXTURE_LIMIT:
             return iv, max_entries
-    raise RuntimeError(f"no step snapshot under {FIXTURE_LIMIT} bytes, even with "
-                       f"max_entries={FIXTURE_MAX_ENTRIES[-1]}")
+    raise RuntimeError(f"no step snapshot under {FIXTURE_LIMIT} bytes, even with max_entries={FIXTURE_MAX_ENTRIES[-1]}")
 
 
 def copy_fixture(iv: Any, dest: Path) -> dict[str, Any]:
@@ -656,15 +741,20 @@ def copy_fixture(iv: Any, dest: Path) -> dict[str, Any]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dest)
     snap = load_snapshot(dest)  # must load with the package's safe loader
-    return {"path": str(dest), "bytes": dest.stat().st_size,
-            "trace_entries": sum(len(t) for t in snap["device_traces"]),
-            "step": iv.step, "device": iv.device, "error": iv.error,
-            "interval_trace_entries": int(iv.trace_entries),
-            "baseline_allocated": int(iv.baseline_allocated),
-            "peak_allocated": int(iv.peak_allocated), "end_allocated": int(iv.end_allocated),
-            "allocator_max_memory_allocated": iv.allocator_peak_allocated,
-            "top_blocks": [{"addr": b["addr"], "size": b["size"], "before": b["before"]}
-                           for b in iv.top_blocks[:5]]}
+    return {
+        "path": str(dest),
+        "bytes": dest.stat().st_size,
+        "trace_entries": sum(len(t) for t in snap["device_traces"]),
+        "step": iv.step,
+        "device": iv.device,
+        "error": iv.error,
+        "interval_trace_entries": int(iv.trace_entries),
+        "baseline_allocated": int(iv.baseline_allocated),
+        "peak_allocated": int(iv.peak_allocated),
+        "end_allocated": int(iv.end_allocated),
+        "allocator_max_memory_allocated": iv.allocator_peak_allocated,
+        "top_blocks": [{"addr": b["addr"], "size": b["size"], "before": b["before"]} for b in iv.top_blocks[:5]],
+    }
 
 
 def section_fixtures(state: State) -> None:
@@ -675,8 +765,7 @@ def section_fixtures(state: State) -> None:
     fixtures: dict[str, Any] = {}
     state.results["fixtures"] = fixtures
     iv, max_entries = fixture_step(state)
-    fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(iv, dest / f"{kind}_step.pickle"),
-                                           max_entries=max_entries)
+    fixtures[f"{kind}_step.pickle"] = dict(copy_fixture(iv, dest / f"{kind}_step.pickle"), max_entries=max_entries)
     if kind == "cuda":
         oom = interval_for(OOM_STEP, "oom")
         if oom.path is None:
@@ -684,8 +773,7 @@ def section_fixtures(state: State) -> None:
         fixtures["cuda_oom.pickle"] = copy_fixture(oom, dest / "cuda_oom.pickle")
 
 
-def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000
-                  ) -> tuple[Callable[[], None], Callable[[], None]]:
+def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000) -> tuple[Callable[[], None], Callable[[], None]]:
     """(begin, dump): the recording the magic does, minus the magic, for the latency baseline.
 
     CUDA: ``_record_memory_history`` with the magic's settings, then ``_snapshot()`` +
@@ -728,8 +816,9 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000
     return begin, dump
 
 
-def recorded_and_bare(state: State, folder: str, body: str, options: str, first_step: int,
-                      max_entries: int = 100_000) -> tuple[Path, dict[str, Callable[[], str]]]:
+def recorded_and_bare(
+    state: State, folder: str, body: str, options: str, first_step: int, max_entries: int = 100_000
+) -> tuple[Path, dict[str, Callable[[], str]]]:
     """The cells to time: ``body`` under ``%%memsnap <options>`` (a new step each call) and under
     the bare recorder (``bare_recorder``), both writing below ``work_dir/folder``."""
     plan = state.plan
@@ -741,8 +830,10 @@ def recorded_and_bare(state: State, folder: str, body: str, options: str, first_
     counter = iter(range(first_step, first_step + 1000))
 
     def recorded() -> str:
-        return (f"%%memsnap step={next(counter)} device={plan.device} {options} "
-                f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}")
+        return (
+            f"%%memsnap step={next(counter)} device={plan.device} {options} "
+            f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}"
+        )
 
     return bench, {"recorded": recorded, "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
 
@@ -760,8 +851,7 @@ def section_overhead(state: State) -> None:
     if state.shell is None:
         raise RuntimeError("setup failed; nothing to run")
     plan = state.plan
-    body = (f"for _i in range({plan.bench_steps}):\n    loss = train_step()\nsync()\n"
-            "_t_body_end = time.perf_counter()\n")
+    body = f"for _i in range({plan.bench_steps}):\n    loss = train_step()\nsync()\n_t_body_end = time.perf_counter()\n"
     bench, timed = recorded_and_bare(state, "bench", body, "stacks=python tag=overhead", 1000)
     recorded = timed["recorded"]
     cells: dict[str, Callable[[], str]] = {"plain": lambda: body, **timed}
@@ -771,7 +861,7 @@ def section_overhead(state: State) -> None:
     after: dict[str, list[float]] = {k: [] for k in cells}
     names = list(cells)
     for r in range(plan.repeats):
-        for name in names[r % 3:] + names[:r % 3]:  # rotate the order: no kind always runs first
+        for name in names[r % 3 :] + names[: r % 3]:  # rotate the order: no kind always runs first
             total, tail = timed_cell(state, cells[name]())
             totals[name].append(total)
             after[name].append(tail)
@@ -783,10 +873,15 @@ def section_overhead(state: State) -> None:
     body = {k: statistics.median(t - a for t, a in zip(totals[k], after[k])) for k in cells}
     state.results["body_overhead_ratio"] = body["recorded"] / body["plain"]
     state.results["overhead"] = {
-        "repeats": plan.repeats, "train_steps_per_cell": plan.bench_steps,
-        "median_total_s": med, "median_after_body_s": med_after, "median_body_s": body,
-        "total_s": totals, "after_body_s": after,
-        "bare_route": "torch.cuda.memory._snapshot + pickle.dump(protocol=4)" if plan.device == "cuda"
+        "repeats": plan.repeats,
+        "train_steps_per_cell": plan.bench_steps,
+        "median_total_s": med,
+        "median_after_body_s": med_after,
+        "median_body_s": body,
+        "total_s": totals,
+        "after_body_s": after,
+        "bare_route": "torch.cuda.memory._snapshot + pickle.dump(protocol=4)"
+        if plan.device == "cuda"
         else "CpuBackend.snapshot + pickle.dump(protocol=4)",
     }
     state.results["overhead"]["profile_after_body"] = profile_recorded_cell(state, recorded())
@@ -800,14 +895,17 @@ def section_large_trace(state: State) -> None:
         raise RuntimeError("setup failed; nothing to run")
     plan = state.plan
     max_entries = 4 * plan.large_tensors
-    body = (f"for _i in range({plan.large_tensors}):\n    _t = torch.empty(1, device=_dev)\n"
-            "del _t\nsync()\n_t_body_end = time.perf_counter()\n")
-    bench, cells = recorded_and_bare(state, "bench_large", body,
-                                     f"tag=large max_entries={max_entries}", 2000, max_entries)
+    body = (
+        f"for _i in range({plan.large_tensors}):\n    _t = torch.empty(1, device=_dev)\n"
+        "del _t\nsync()\n_t_body_end = time.perf_counter()\n"
+    )
+    bench, cells = recorded_and_bare(
+        state, "bench_large", body, f"tag=large max_entries={max_entries}", 2000, max_entries
+    )
     recorded = cells["recorded"]
     after: dict[str, list[float]] = {k: [] for k in cells}
     for r in range(plan.large_repeats):
-        for name in (("recorded", "bare") if r % 2 == 0 else ("bare", "recorded")):
+        for name in ("recorded", "bare") if r % 2 == 0 else ("bare", "recorded"):
             after[name].append(timed_cell(state, cells[name]())[1])
     from memsnap_magic import session
 
@@ -815,9 +913,13 @@ def section_large_trace(state: State) -> None:
     med = {k: statistics.median(v) for k, v in after.items()}
     summarize_ratio = summarize_vs_load(abs_path(iv.path), plan.large_repeats)
     state.results["large_trace"] = {
-        "tensors": plan.large_tensors, "trace_entries": int(iv.trace_entries),
-        "file_bytes": iv.file_bytes, "bare_file_bytes": (bench / "bare.pickle").stat().st_size,
-        "repeats": plan.large_repeats, "median_after_body_s": med, "after_body_s": after,
+        "tensors": plan.large_tensors,
+        "trace_entries": int(iv.trace_entries),
+        "file_bytes": iv.file_bytes,
+        "bare_file_bytes": (bench / "bare.pickle").stat().st_size,
+        "repeats": plan.large_repeats,
+        "median_after_body_s": med,
+        "after_body_s": after,
         "added_latency_ratio": med["recorded"] / med["bare"],
         "summarize_vs_pickle_load": summarize_ratio,
         "profile_after_body": profile_recorded_cell(state, recorded()),
@@ -838,8 +940,13 @@ def summarize_vs_load(path: Path, repeats: int) -> dict[str, Any]:
     frames = [len(e.get("frames", ())) for t in snap["device_traces"] for e in t]
     times = interleaved({"summarize": lambda: summarize(snap), "pickle_load": load}, repeats, warmup=0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"ratio": med["summarize"] / med["pickle_load"], "median_s": med, "times_s": times,
-            "entries": len(frames), "mean_frames_per_entry": statistics.fmean(frames) if frames else 0.0}
+    return {
+        "ratio": med["summarize"] / med["pickle_load"],
+        "median_s": med,
+        "times_s": times,
+        "entries": len(frames),
+        "mean_frames_per_entry": statistics.fmean(frames) if frames else 0.0,
+    }
 
 
 def profile_recorded_cell(state: State, code: str, top: int = 12) -> list[dict[str, Any]]:
@@ -852,10 +959,16 @@ def profile_recorded_cell(state: State, code: str, top: int = 12) -> list[dict[s
     run_cell(state, code)
     prof.disable()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    rows = [{"function": f"{Path(file).name}:{line}:{name}", "calls": nc, "cumulative_s": round(ct, 6),
-             "own_s": round(tt, 6)}
-            for (file, line, name), (_, nc, tt, ct, _) in stats.items()
-            if "memsnap_magic" in file or name in ("_snapshot", "dump", "replace", "fsync")]
+    rows = [
+        {
+            "function": f"{Path(file).name}:{line}:{name}",
+            "calls": nc,
+            "cumulative_s": round(ct, 6),
+            "own_s": round(tt, 6),
+        }
+        for (file, line, name), (_, nc, tt, ct, _) in stats.items()
+        if "memsnap_magic" in file or name in ("_snapshot", "dump", "replace", "fsync")
+    ]
     return sorted(rows, key=lambda r: -r["cumulative_s"])[:top]
 
 
@@ -902,8 +1015,9 @@ def run_section(state: State, name: str, fn: Callable[[State], None]) -> None:
         fn(state)
         ok = True
     except (Exception, SectionTimeout) as e:
-        state.results["errors"].append({"section": name, "error": f"{type(e).__name__}: {e}",
-                                        "traceback": traceback.format_exc()})
+        state.results["errors"].append(
+            {"section": name, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        )
     finally:
         signal.alarm(0)
         with contextlib.suppress(Exception):
@@ -924,12 +1038,14 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "routes_seen": sorted({s["clear_route"] for s in steps}),
         "snapshot_peak_le_allocator_peak": all(
             s["snapshot_peak_allocated"] <= s["allocator_max_memory_allocated"]
-            for s in steps if s["allocator_max_memory_allocated"] is not None),
+            for s in steps
+            if s["allocator_max_memory_allocated"] is not None
+        ),
         "snapshot_peak_matches_reference": all(
-            s["snapshot_peak_allocated"] == s["reference_peak_allocated"] for s in steps),
+            s["snapshot_peak_allocated"] == s["reference_peak_allocated"] for s in steps
+        ),
         "max_peak_gap_rel": max(gaps) if gaps else None,
-        "oom_ok": None if oom.get("skipped", True) else bool(
-            oom.get("error_is_cuda_oom") and oom.get("oom_entries")),
+        "oom_ok": None if oom.get("skipped", True) else bool(oom.get("error_is_cuda_oom") and oom.get("oom_entries")),
         "auto_device_ok": (results.get("auto_device") or {}).get("ok"),
         "async_allocator_refused": (results.get("async_allocator") or {}).get("ok"),
         "demo_ok": (results.get("demo") or {}).get("ok"),
@@ -941,28 +1057,35 @@ def fmt_mib(n: int | None) -> str:
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    print(f"memsnap gpu_check: {results['device']} · torch {results['torch']}"
-          f"{' · DRY RUN' if results['dry_run'] else ''} · {results['total_s']:.1f} s")
-    print(f"{'step':>4} {'mode':6} {'route':12} {'entries':>7} {'snap MiB':>9} {'alloc MiB':>9} "
-          f"{'gap':>7} reset")
+    print(
+        f"memsnap gpu_check: {results['device']} · torch {results['torch']}"
+        f"{' · DRY RUN' if results['dry_run'] else ''} · {results['total_s']:.1f} s"
+    )
+    print(f"{'step':>4} {'mode':6} {'route':12} {'entries':>7} {'snap MiB':>9} {'alloc MiB':>9} {'gap':>7} reset")
     for s in results["steps"]:
         gap = "-" if s["peak_gap_rel"] is None else f"{s['peak_gap_rel']:7.2%}"
-        print(f"{s['step']:>4} {s['mode']:6} {s['clear_route']:12} {s['trace_entries']:>7} "
-              f"{fmt_mib(s['snapshot_peak_allocated'])} {fmt_mib(s['allocator_max_memory_allocated'])} "
-              f"{gap:>7} {'ok' if s['reset_verified'] else 'FAILED'}"
-              f"{'  (leak)' if s['leaked_bytes'] else ''}")
+        print(
+            f"{s['step']:>4} {s['mode']:6} {s['clear_route']:12} {s['trace_entries']:>7} "
+            f"{fmt_mib(s['snapshot_peak_allocated'])} {fmt_mib(s['allocator_max_memory_allocated'])} "
+            f"{gap:>7} {'ok' if s['reset_verified'] else 'FAILED'}"
+            f"{'  (leak)' if s['leaked_bytes'] else ''}"
+        )
     oom = results.get("oom") or {}
     if oom.get("skipped", True):
         print(f"oom: skipped ({oom.get('reason', 'not run')})")
     else:
-        print(f"oom: {oom['error_type']} · unchanged={oom['error_is_cuda_oom']} · "
-              f"oom entries={oom['oom_entries']} · {oom['elapsed_s']} s")
+        print(
+            f"oom: {oom['error_type']} · unchanged={oom['error_is_cuda_oom']} · "
+            f"oom entries={oom['oom_entries']} · {oom['elapsed_s']} s"
+        )
     ratio = results.get("overhead_ratio")
     lat = results.get("added_latency_ratio")
     body = results.get("body_overhead_ratio")
-    print(f"overhead_ratio={'-' if ratio is None else f'{ratio:.3f}'} · "
-          f"body_overhead_ratio={'-' if body is None else f'{body:.3f}'} · "
-          f"added_latency_ratio={'-' if lat is None else f'{lat:.3f}'}")
+    print(
+        f"overhead_ratio={'-' if ratio is None else f'{ratio:.3f}'} · "
+        f"body_overhead_ratio={'-' if body is None else f'{body:.3f}'} · "
+        f"added_latency_ratio={'-' if lat is None else f'{lat:.3f}'}"
+    )
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
         print(f"section {e['section']} FAILED: {e['error']}")
@@ -971,17 +1094,27 @@ def print_summary(results: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out-dir", type=Path, default=None,
-                   help="where gpu.json and fixtures/ go (default benchmarks/results, "
-                        "or benchmarks/results/dry_run for a dry run)")
-    p.add_argument("--work-dir", type=Path, default=None,
-                   help="the shell's working directory, where the step snapshots are written "
-                        "(default <out-dir>/work)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="run on the CPU with a tiny model (automatic without CUDA)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="no section starts after this many seconds; a running one is cut at it "
-                        "(default 420 on CUDA, 120 for a dry run)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where gpu.json and fixtures/ go (default benchmarks/results, "
+        "or benchmarks/results/dry_run for a dry run)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="the shell's working directory, where the step snapshots are written (default <out-dir>/work)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="run on the CPU with a tiny model (automatic without CUDA)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="no section starts after this many seconds; a running one is cut at it "
+        "(default 420 on CUDA, 120 for a dry run)",
+    )
     return p.parse_args(argv)
 
 
@@ -999,16 +1132,28 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, Any] = {
         "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "dry_run": dry,
-        "python": sys.version.split()[0], "memsnap_magic": memsnap_magic.__version__,
-        "plan": asdict(plan), "work_dir": str(work_dir), "json": str(out_dir / "gpu.json"),
-        "steps": [], "oom": {}, "fixtures": {}, "overhead_ratio": None, "body_overhead_ratio": None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "dry_run": dry,
+        "python": sys.version.split()[0],
+        "memsnap_magic": memsnap_magic.__version__,
+        "plan": asdict(plan),
+        "work_dir": str(work_dir),
+        "json": str(out_dir / "gpu.json"),
+        "steps": [],
+        "oom": {},
+        "fixtures": {},
+        "overhead_ratio": None,
+        "body_overhead_ratio": None,
         "added_latency_ratio": None,
-        "overhead": {}, "sections": {}, "checks": {}, "errors": [], "total_s": 0.0,
+        "overhead": {},
+        "sections": {},
+        "checks": {},
+        "errors": [],
+        "total_s": 0.0,
     }
     budget = args.budget_s if args.budget_s is not None else (120.0 if dry else 420.0)
-    state = State(plan=plan, out_dir=out_dir, work_dir=work_dir, results=results,
-                  deadline=t0 + budget)
+    state = State(plan=plan, out_dir=out_dir, work_dir=work_dir, results=results, deadline=t0 + budget)
     cwd = Path.cwd()
     try:
         for name, fn in SECTIONS:

@@ -31,30 +31,49 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from common import Context, Row  # noqa: E402
+from common import Context, Row
 
-BENCHMARKS = ("summarize", "load", "scale", "cell", "first_cell", "dump", "session_memory",
-              "snapshot_size", "dashboard")
+BENCHMARKS = (
+    "summarize",
+    "load",
+    "scale",
+    "cell",
+    "first_cell",
+    "dump",
+    "session_memory",
+    "snapshot_size",
+    "dashboard",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def code_version() -> dict[str, Any]:
     """The commit measured, and whether the package had uncommitted changes."""
+
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], cwd=RESULTS.parent.parent, capture_output=True, text=True)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
-    return {"git_commit": git("rev-parse", "HEAD") or None,
-            "package_modified": bool(git("status", "--porcelain", "--", "memsnap_magic"))}
+    return {
+        "git_commit": git("rev-parse", "HEAD") or None,
+        "package_modified": bool(git("status", "--porcelain", "--", "memsnap_magic")),
+    }
 
 
 def machine() -> dict[str, Any]:
     import numpy
     import torch
 
-    return {**code_version(), "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": numpy.__version__, "platform": platform.platform(), "machine": platform.machine(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        **code_version(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def run_one(name: str, ctx: Context) -> dict[str, Any]:
@@ -69,9 +88,14 @@ def run_one(name: str, ctx: Context) -> dict[str, Any]:
         print(f"benchmark {name} crashed:\n{error}", file=sys.stderr)
     finally:
         os.chdir(cwd)
-    return {"benchmark": name, "quick": ctx.quick, "repeats": ctx.repeats,
-            "seconds": round(time.perf_counter() - t0, 2), "error": error,
-            "rows": [asdict(r) for r in rows]}
+    return {
+        "benchmark": name,
+        "quick": ctx.quick,
+        "repeats": ctx.repeats,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "error": error,
+        "rows": [asdict(r) for r in rows],
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -93,8 +117,9 @@ def table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (< ~60 s)")
-    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
-                        help=f"run only these: {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--only", nargs="+", choices=BENCHMARKS, metavar="NAME", help=f"run only these: {', '.join(BENCHMARKS)}"
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--repeats", type=int, help="interleaved repeats (default 7, quick 3)")
     args = parser.parse_args(argv)
@@ -113,16 +138,24 @@ def main(argv: list[str] | None = None) -> int:
             res["machine"] = info
             (args.out_dir / f"{name}.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
             results.append(res)
-    summary = {"quick": args.quick, "repeats": repeats, "machine": info,
-               "seconds": round(time.perf_counter() - t0, 1),
-               "crashed": [r["benchmark"] for r in results if r["error"]],
-               "rows": {row["name"]: {k: row[k] for k in ("what", "reference", "value", "unit", "target",
-                                                           "passed", "note")}
-                        for r in results for row in r["rows"]}}
+    summary = {
+        "quick": args.quick,
+        "repeats": repeats,
+        "machine": info,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "crashed": [r["benchmark"] for r in results if r["error"]],
+        "rows": {
+            row["name"]: {k: row[k] for k in ("what", "reference", "value", "unit", "target", "passed", "note")}
+            for r in results
+            for row in r["rows"]
+        },
+    }
     (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(table(results))
-    print(f"\n{'quick' if args.quick else 'full'} run, {repeats} interleaved repeats, "
-          f"{summary['seconds']} s; JSON in {args.out_dir}")
+    print(
+        f"\n{'quick' if args.quick else 'full'} run, {repeats} interleaved repeats, "
+        f"{summary['seconds']} s; JSON in {args.out_dir}"
+    )
     return 1 if summary["crashed"] else 0
 
 

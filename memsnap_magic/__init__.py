@@ -9,15 +9,38 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Recorder", "SnapshotError", "dashboard", "load_snapshot", "mark", "session", "summarize",
-           "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "Dashboard",
+    "Interval",
+    "Options",
+    "Recorder",
+    "Session",
+    "SnapshotError",
+    "Summary",
+    "dashboard",
+    "dump_snapshot",
+    "load_ipython_extension",
+    "load_snapshot",
+    "mark",
+    "session",
+    "summarize",
+    "unload_ipython_extension",
+]
 
 _LAZY = {
-    "Recorder": "recorder", "mark": "recorder",
-    "SnapshotError": "snapshot", "load_snapshot": "snapshot", "dump_snapshot": "snapshot",
-    "summarize": "analysis", "Summary": "analysis",
-    "session": "state", "Session": "session_state", "Interval": "intervals", "Options": "options",
-    "dashboard": "widget", "Dashboard": "widget",
+    "Recorder": "recorder",
+    "mark": "recorder",
+    "SnapshotError": "snapshot",
+    "load_snapshot": "snapshot",
+    "dump_snapshot": "snapshot",
+    "summarize": "analysis",
+    "Summary": "analysis",
+    "session": "state",
+    "Session": "session_state",
+    "Interval": "intervals",
+    "Options": "options",
+    "dashboard": "widget",
+    "Dashboard": "widget",
 }
 
 if TYPE_CHECKING:

@@ -49,12 +49,23 @@ class TextCacheRenderer(RendererAgg):
     def _key(self, gc: Any, s: str, prop: Any, mtext: Any) -> tuple[Any, ...]:
         """Everything the pixels depend on, the font file as resolved now included (rcParams change)."""
         shaping = repr([getattr(mtext, name, lambda: None)() for name in ("get_fontfeatures", "get_language")])
-        return (s, prop, findfont(prop), self.dpi, mpl.rcParams["text.hinting"],
-                mpl.rcParams["text.hinting_factor"], gc.get_rgb(), gc.get_alpha(), gc.get_forced_alpha(),
-                gc.get_antialiased(), shaping)
+        return (
+            s,
+            prop,
+            findfont(prop),
+            self.dpi,
+            mpl.rcParams["text.hinting"],
+            mpl.rcParams["text.hinting_factor"],
+            gc.get_rgb(),
+            gc.get_alpha(),
+            gc.get_forced_alpha(),
+            gc.get_antialiased(),
+            shaping,
+        )
 
-    def draw_text(self, gc: Any, x: float, y: float, s: str, prop: Any, angle: float,
-                  ismath: Any = False, mtext: Any = None) -> None:
+    def draw_text(
+        self, gc: Any, x: float, y: float, s: str, prop: Any, angle: float, ismath: Any = False, mtext: Any = None
+    ) -> None:
         if ismath or angle:
             return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
         key = self._key(gc, s, prop, mtext)

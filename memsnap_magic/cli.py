@@ -14,13 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, NoReturn, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from .snapshot import SnapshotError
 from .text import fmt_bytes, interval_table
 
-_RECORD_KEYS = ("step", "rank", "device", "tag", "path", "baseline_allocated", "peak_allocated",
-                "peak_increase", "kept", "end_allocated", "trace_entries", "error")
+_RECORD_KEYS = (
+    "step",
+    "rank",
+    "device",
+    "tag",
+    "path",
+    "baseline_allocated",
+    "peak_allocated",
+    "peak_increase",
+    "kept",
+    "end_allocated",
+    "trace_entries",
+    "error",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +73,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> None:
-    from .analysis import alive_at, summarize
+    from .alive import alive_at
+    from .analysis import summarize
     from .snapshot import load_snapshot
     from .text import site_bytes
 
@@ -77,7 +91,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
         print(f"  {name:<20} {fmt_bytes(va):>12} -> {fmt_bytes(vb):>12}  ({fmt_bytes(vb - va, signed=True)})")
     print(f"  {'trace_entries':<20} {a.trace_entries:>12,} -> {b.trace_entries:>12,}")
     growth = {k: sites[1].get(k, 0) - sites[0].get(k, 0) for k in set(sites[0]) | set(sites[1])}
-    ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[:args.top]
+    ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[: args.top]
     print("\nallocation sites whose bytes alive at the peak changed most (B - A):")
     if not ranked:
         print("  (none)")
@@ -86,13 +100,20 @@ def cmd_diff(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="memsnap", description=__doc__.split("\n\n")[0],
-                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="memsnap",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("summarize", help="a table (or JSON) per step and rank",
-                       description="Baseline, peak, increase and trace entries of each snapshot. "
-                                   "Folders are searched recursively; step and rank come from "
-                                   "verl's step<N>/..._rank<R>_... layout.")
+    p = sub.add_parser(
+        "summarize",
+        help="a table (or JSON) per step and rank",
+        description="Baseline, peak, increase and trace entries of each snapshot. "
+        "Folders are searched recursively; step and rank come from "
+        "verl's step<N>/..._rank<R>_... layout.",
+    )
     p.add_argument("paths", nargs="+", help="snapshot files or folders")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(run=cmd_summarize)

@@ -11,6 +11,9 @@ returned, and IPython displays it as the cell's ``Out[N]``.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
+import tokenize
 from typing import Any
 
 
@@ -25,16 +28,15 @@ class CellCode:
         self.shell = shell
         transformed = shell.transform_cell(body)
         # Tracebacks show line 1 as the magic's line; Python parses it as a blank line.
-        self.filename = shell.compile.cache(header + "\n" + transformed, shell.execution_count,
-                                            raw_code=header + "\n" + body)
+        self.filename = shell.compile.cache(
+            header + "\n" + transformed, shell.execution_count, raw_code=header + "\n" + body
+        )
         try:
             tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
             body_nodes = list(tree.body) if tree is not None else []
             last = body_nodes.pop() if body_nodes and isinstance(body_nodes[-1], ast.Expr) else None
-            self._exec = (shell.compile(ast.Module(body_nodes, []), self.filename, "exec")
-                          if body_nodes else None)
-            self._eval = (shell.compile(ast.Expression(last.value), self.filename, "eval")
-                          if last is not None else None)
+            self._exec = shell.compile(ast.Module(body_nodes, []), self.filename, "exec") if body_nodes else None
+            self._eval = shell.compile(ast.Expression(last.value), self.filename, "eval") if last is not None else None
         except SyntaxError as e:
             # IPython prints a plain SyntaxError's full call stack when it comes from running
             # code; a subclass goes through _render_traceback_ and reads like a cell's error.
@@ -42,11 +44,11 @@ class CellCode:
             _render_from_cell(shell, error, self.filename)
             raise error from None
         # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
-        self._quiet = shell.displayhook.semicolon_at_end_of_expression(transformed)
+        self._quiet = ends_with_semicolon(transformed)
 
     def run(self) -> Any:
         """Execute in the user's namespace; the final expression's value is returned."""
-        __tracebackhide__ = True  # noqa: F841 (IPython hides this frame from tracebacks)
+        __tracebackhide__ = True
         glob, local = self.shell.user_global_ns, self.shell.user_ns
         try:
             if self._exec is not None:
@@ -56,6 +58,19 @@ class CellCode:
         except BaseException as e:
             _render_from_cell(self.shell, e, self.filename)
             raise
+
+
+def ends_with_semicolon(code: str) -> bool:
+    """Whether a cell's last token is ``;``, IPython's rule for not displaying its value (the
+    rule of every IPython 8 and 9; its own helper for it only appeared in 8.10)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    for token in reversed(tokens):
+        if token.type not in (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            return token.type == tokenize.OP and token.string == ";"
+    return False
 
 
 class SyntaxCheck:
@@ -72,8 +87,13 @@ class SyntaxCheck:
             return lines
         body = "".join(lines[1:])
         try:
-            compile("\n" + self.shell.transform_cell(body), "<memsnap-check>", "exec",
-                    self.shell.compile.flags | ast.PyCF_ONLY_AST, True)
+            compile(
+                "\n" + self.shell.transform_cell(body),
+                "<memsnap-check>",
+                "exec",
+                self.shell.compile.flags | ast.PyCF_ONLY_AST,
+                True,
+            )
         except SyntaxError:
             return ["\n", *lines[1:]]
         except Exception:  # any other trouble: leave the cell to the magic
@@ -100,23 +120,20 @@ class _CellTraceback:
 
     def __call__(self) -> list[str]:
         value = self.owner
-        try:
+        with contextlib.suppress(AttributeError):
             del value._render_traceback_
-        except AttributeError:
-            pass
         if isinstance(value, SyntaxError):
             return self.shell.SyntaxTB.structured_traceback(type(value), value, [])
         tb = value.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
             tb = tb.tb_next
         return self.shell.InteractiveTB.structured_traceback(
-            type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0)
+            type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0
+        )
 
 
 def _render_from_cell(shell: Any, exc: BaseException, filename: str) -> None:
     if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
         return  # the exception renders itself (ipyparallel's RemoteError, for one)
-    try:
+    with contextlib.suppress(AttributeError, TypeError):
         exc._render_traceback_ = _CellTraceback(shell, filename, exc)  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):
-        pass

@@ -9,9 +9,10 @@ blocks alive at the peak, never the snapshot, so a long notebook does not hold h
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .figures import Figures
 from .layout import Meta, PathInfo, find_snapshots, parse_path
@@ -46,19 +47,23 @@ class Interval(Figures):
     allocated: Any = field(default=None, repr=False)
 
     def to_record(self) -> dict[str, Any]:
-        rec = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("time_us", "allocated", "top_blocks")}
+        rec = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("time_us", "allocated", "top_blocks")
+        }
         rec["path"] = str(self.path) if self.path is not None else None
         rec["peak_increase"] = self.peak_increase
         rec["kept"] = self.kept
         return rec
 
 
-def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, *, position: int = 1,
-                           file_bytes: int | None = None) -> Interval:
+def interval_from_snapshot(
+    snap: dict[str, Any], path: Path | None = None, *, position: int = 1, file_bytes: int | None = None
+) -> Interval:
     """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
     its peak. Step, rank, device and tag come from the snapshot's ``memsnap`` block, else from
     ``path`` (verl's layout), else ``position`` is the step."""
-    from .analysis import alive_at, decimate_index, pick_device, summarize
+    from .alive import alive_at
+    from .analysis import decimate_index, pick_device, summarize
 
     meta = Meta.from_snapshot(snap)
     named = parse_path(path) if path is not None else PathInfo()
@@ -66,13 +71,22 @@ def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, *, po
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
     return Interval(
-        step=_first(meta.step, named.step, position), rank=_first(meta.rank, named.rank, 0),
-        device=meta.device if meta.device is not None else f"device:{index}", path=path, **summary.figures(),
-        error=meta.error, allocator_peak_allocated=meta.allocator_peak_allocated, clear=meta.clear,
-        tag=_first(meta.tag, named.tag, DEFAULTS.tag), file_bytes=file_bytes,
+        step=_first(meta.step, named.step, position),
+        rank=_first(meta.rank, named.rank, 0),
+        device=meta.device if meta.device is not None else f"device:{index}",
+        path=path,
+        **summary.figures(),
+        error=meta.error,
+        allocator_peak_allocated=meta.allocator_peak_allocated,
+        clear=meta.clear,
+        tag=_first(meta.tag, named.tag, DEFAULTS.tag),
+        file_bytes=file_bytes,
         overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
-        context=_first(meta.context, DEFAULTS.context), top_blocks=alive_at(summary),
-        time_us=summary.times_at(keep), allocated=summary.allocated[keep])
+        context=_first(meta.context, DEFAULTS.context),
+        top_blocks=alive_at(summary),
+        time_us=summary.times_at(keep),
+        allocated=summary.allocated[keep],
+    )
 
 
 def _first(*values: Any) -> Any:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .snapshot import SnapshotError
 
@@ -39,8 +40,11 @@ class PathInfo:
 def parse_path(path: str | os.PathLike[str]) -> PathInfo:
     path = Path(path)
     step, rank, tag = _STEP.match(path.parent.name), _RANK.search(path.name), _TAG.match(path.name)
-    return PathInfo(step=int(step.group(1)) if step else None, rank=int(rank.group(1)) if rank else None,
-                    tag=tag.group(1) if tag else None)
+    return PathInfo(
+        step=int(step.group(1)) if step else None,
+        rank=int(rank.group(1)) if rank else None,
+        tag=tag.group(1) if tag else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,19 @@ class Meta:
         raw = snap.get(META_KEY)
         if not isinstance(raw, dict):
             return cls()
-        return cls(step=_count(raw.get("step")), rank=_count(raw.get("rank")), device=_text(raw.get("device")),
-                   tag=_text(raw.get("tag")), pid=_count(raw.get("pid")), end_us=_count(raw.get("end_us")),
-                   error=_text(raw.get("error")), clear=raw.get("clear") is not False,
-                   allocator_peak_allocated=_count(raw.get("allocator_peak_allocated")),
-                   context=_text(raw.get("context")), max_entries=_count(raw.get("max_entries")))
+        return cls(
+            step=_count(raw.get("step")),
+            rank=_count(raw.get("rank")),
+            device=_text(raw.get("device")),
+            tag=_text(raw.get("tag")),
+            pid=_count(raw.get("pid")),
+            end_us=_count(raw.get("end_us")),
+            error=_text(raw.get("error")),
+            clear=raw.get("clear") is not False,
+            allocator_peak_allocated=_count(raw.get("allocator_peak_allocated")),
+            context=_text(raw.get("context")),
+            max_entries=_count(raw.get("max_entries")),
+        )
 
 
 def _count(value: Any) -> int | None:
@@ -92,8 +104,10 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            inside = sorted((p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
-                             and not p.name.startswith(".")), key=_natural)
+            inside = sorted(
+                (p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file() and not p.name.startswith(".")),
+                key=_natural,
+            )
             if not inside:
                 raise SnapshotError(f"{path}: no *.pickle snapshots in this folder")
             found += inside

@@ -60,7 +60,7 @@ class MemsnapMagics(Magics):
         """
         if cell is None:
             return self._line(line)
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         from .recorder import Recorder
 
         opts = _parse(options.parse, line, STATE.session.defaults, "%%memsnap")
@@ -90,8 +90,11 @@ class MemsnapMagics(Magics):
         except Exception as e:
             import warnings
 
-            warnings.warn(f"memsnap: could not start recording ({type(e).__name__}: {e}); "
-                          "the cell runs unrecorded", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return False
         return True
 
@@ -99,8 +102,9 @@ class MemsnapMagics(Magics):
         name, _, rest = line.strip().partition(" ")
         command = COMMANDS.get(name)
         if command is None:
-            raise UsageError(f"%memsnap: unknown command {name!r} (allowed: {', '.join(COMMANDS)}); "
-                             "%%memsnap records a cell")
+            raise UsageError(
+                f"%memsnap: unknown command {name!r} (allowed: {', '.join(COMMANDS)}); %%memsnap records a cell"
+            )
         command.run(self, rest)
 
     def _show(self, rest: str) -> None:

@@ -9,137 +9,20 @@ checked directly. Both raise ``OptionError`` (a ``ValueError``); the magic turns
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from .backends.registry import KINDS
+from .values import Boolean, Choice, Device, Folder, Integer, Steps, Tag, Value
 
 
 class OptionError(ValueError):
     """A ``%%memsnap`` option the user wrote is unknown or has a bad value."""
 
 
-class Kind:
-    """How one option's values are read: ``parse`` a token's text, ``coerce`` a Python value."""
-
-    allowed = ""  # what the user may write, for help and errors
-    metavar = ""  # the placeholder in the usage line; choices list themselves
-
-    def parse(self, text: str) -> Any:
-        return self.check(text)
-
-    def coerce(self, value: Any) -> Any:
-        return self.parse(value) if isinstance(value, str) else self.check(value)
-
-    def check(self, value: Any) -> Any:
-        return value
-
-
-class Integer(Kind):
-    def __init__(self, lowest: int, metavar: str = "N") -> None:
-        self.lowest, self.metavar = lowest, metavar
-        self.allowed = f"an integer >= {lowest}"
-
-    def parse(self, text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError("not an integer") from None
-        return self.check(value)
-
-    def check(self, value: Any) -> int:
-        if type(value) is bool or not hasattr(value, "__index__"):
-            raise ValueError("not an integer")
-        value = int(value)
-        if value < self.lowest:
-            raise ValueError(f"must be >= {self.lowest}")
-        return value
-
-
-class Steps(Kind):
-    allowed, metavar = "comma-separated integers", "1,5,10"
-    _one = Integer(0)
-
-    def parse(self, text: str) -> tuple[int, ...]:
-        return self.check([self._one.parse(p.strip()) for p in text.split(",") if p.strip()])
-
-    def check(self, value: Any) -> tuple[int, ...]:
-        if not isinstance(value, Iterable):
-            raise ValueError("not a list of steps")
-        steps = tuple(sorted({self._one.check(v) for v in value}))
-        if not steps:
-            raise ValueError("empty list")
-        return steps
-
-
-class Choice(Kind):
-    def __init__(self, *values: str) -> None:
-        self.values = values
-        self.allowed, self.metavar = ", ".join(values), "|".join(values)
-
-    def check(self, value: Any) -> str:
-        if value not in self.values:
-            raise ValueError("not one of the allowed values")
-        return value
-
-
-class Boolean(Kind):
-    allowed, metavar = "true, false", "true|false"
-    _words = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
-
-    def parse(self, text: str) -> bool:
-        if text.lower() not in self._words:
-            raise ValueError("not a boolean")
-        return self._words[text.lower()]
-
-    def check(self, value: Any) -> bool:
-        if type(value) is not bool:
-            raise ValueError("not a boolean")
-        return value
-
-
-class Device(Kind):
-    """``auto`` or a family from the backends' registry, with an index where the family has one."""
-
-    def __init__(self) -> None:
-        plain = ["auto", *(k for k, kind in KINDS.items() if not kind.indexed)]
-        indexed = [k for k, kind in KINDS.items() if kind.indexed]
-        self.allowed = ", ".join([*plain, *(f"{k}, {k}:K" for k in indexed)])
-        self.metavar = "|".join([*plain, *(f"{k}|{k}:K" for k in indexed)])
-        self._re = re.compile(rf"^(?:{'|'.join(plain)}|(?:{'|'.join(indexed)})(?::\d+)?)$")
-
-    def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not self._re.match(value):
-            raise ValueError("not a device name")
-        return value
-
-
-class Tag(Kind):
-    allowed, metavar = "letters, digits, _ . -", "NAME"
-
-    def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9_.-]+$", value):
-            raise ValueError("only letters, digits, '_', '.', '-' (it becomes part of a file name)")
-        return value
-
-
-class Folder(Kind):
-    allowed, metavar = "a folder", "DIR"
-
-    def coerce(self, value: Any) -> str:
-        return self.check(os.fspath(value) if isinstance(value, os.PathLike) else value)
-
-    def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise ValueError("empty path")
-        return value
-
-
-def _option(default: Any, kind: Kind, help: str, example: str) -> Any:
+def _option(default: Any, kind: Value, help: str, example: str) -> Any:
     return field(default=default, metadata={"kind": kind, "help": help, "example": example})
 
 
@@ -147,33 +30,64 @@ def _option(default: Any, kind: Kind, help: str, example: str) -> Any:
 class Options:
     """Every ``%%memsnap`` option, typed; the defaults below are the only ones."""
 
-    step: int | None = _option(None, Integer(0), "Label of this interval; default: one more than the largest step so far. "
-                               "Re-running a step replaces its interval and file.", "step=5")
-    steps: tuple[int, ...] | None = _option(None, Steps(), "Dump only these steps of a loop inside the cell; call mark(step) "
-                                            "at each step's start. Each file holds only its own step (so not with "
-                                            "clear=false).", "steps=1,5,10")
-    out: str = _option("memsnap", Folder(), "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle (verl's "
-                       "layout). Relative to the current directory.", "out=runs/memory")
+    step: int | None = _option(
+        None,
+        Integer(0),
+        "Label of this interval; default: one more than the largest step so far. "
+        "Re-running a step replaces its interval and file.",
+        "step=5",
+    )
+    steps: tuple[int, ...] | None = _option(
+        None,
+        Steps(),
+        "Dump only these steps of a loop inside the cell; call mark(step) "
+        "at each step's start. Each file holds only its own step (so not with "
+        "clear=false).",
+        "steps=1,5,10",
+    )
+    out: str = _option(
+        "memsnap",
+        Folder(),
+        "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle (verl's "
+        "layout). Relative to the current directory.",
+        "out=runs/memory",
+    )
     tag: str = _option("torch_memory", Tag(), "File name prefix.", "tag=forward")
-    device: str = _option("auto", Device(), "What to record. auto: the current accelerator, else the CPU.",
-                          "device=cuda:1")
-    rank: int | None = _option(None, Integer(0, "R"), "Rank in file names; default: $RANK, else torch.distributed's "
-                               "rank, else 0.", "rank=3")
-    max_entries: int = _option(100_000, Integer(1), "Trace ring size; older entries of a longer interval are dropped.",
-                               "max_entries=500000")
-    context: str = _option("all", Choice("all", "alloc", "state", "none"), "Which events carry a stack (accelerators; "
-                           "the CPU route records none).", "context=alloc")
-    stacks: str = _option("python", Choice("python", "all"), "python: Python frames only. all adds C++ frames (dumps "
-                          "~100x slower).", "stacks=python")
-    clear: bool = _option(True, Boolean(), "false keeps history and recording on after the cell, so the next snapshot "
-                          "also holds this one's events: the cumulative behaviour.", "clear=false")
+    device: str = _option(
+        "auto", Device(), "What to record. auto: the current accelerator, else the CPU.", "device=cuda:1"
+    )
+    rank: int | None = _option(
+        None, Integer(0, "R"), "Rank in file names; default: $RANK, else torch.distributed's rank, else 0.", "rank=3"
+    )
+    max_entries: int = _option(
+        100_000, Integer(1), "Trace ring size; older entries of a longer interval are dropped.", "max_entries=500000"
+    )
+    context: str = _option(
+        "all",
+        Choice("all", "alloc", "state", "none"),
+        "Which events carry a stack (accelerators; the CPU route records none).",
+        "context=alloc",
+    )
+    stacks: str = _option(
+        "python",
+        Choice("python", "all"),
+        "python: Python frames only. all adds C++ frames (dumps ~100x slower).",
+        "stacks=python",
+    )
+    clear: bool = _option(
+        True,
+        Boolean(),
+        "false keeps history and recording on after the cell, so the next snapshot "
+        "also holds this one's events: the cumulative behaviour.",
+        "clear=false",
+    )
 
 
 @dataclass(frozen=True)
 class Option:
     """One row of the table, as help text and errors read it."""
 
-    kind: Kind
+    kind: Value
     default: Any
     help: str
     example: str
@@ -242,9 +156,11 @@ def _checked(options: Options, prog: str) -> Options:
     if options.step is not None and options.steps is not None:
         raise OptionError(f"{prog}: give step= or steps=, not both (one may be a %memsnap config default)")
     if options.steps is not None and not options.clear:
-        raise OptionError(f"{prog}: steps= starts every listed step from a fresh history, so it "
-                          "cannot take clear=false; use step= cells with clear=false for the "
-                          "cumulative behaviour")
+        raise OptionError(
+            f"{prog}: steps= starts every listed step from a fresh history, so it "
+            "cannot take clear=false; use step= cells with clear=false for the "
+            "cumulative behaviour"
+        )
     return options
 
 

@@ -66,9 +66,16 @@ class Recorder:
     Options:
     """
 
-    def __init__(self, step: int | None = None, *, options: opts.Options | None = None,
-                 namespace: dict[str, Any] | None = None, session: Session | None = None,
-                 report: Callable[[Interval, Interval | None], None] | None = None, **keywords: Any) -> None:
+    def __init__(
+        self,
+        step: int | None = None,
+        *,
+        options: opts.Options | None = None,
+        namespace: dict[str, Any] | None = None,
+        session: Session | None = None,
+        report: Callable[[Interval, Interval | None], None] | None = None,
+        **keywords: Any,
+    ) -> None:
         if options is None:
             options = opts.from_keywords("Recorder", step=step, **keywords)
         elif step is not None or keywords:
@@ -132,8 +139,11 @@ class Recorder:
             return fn(*args, **kwargs)
         except Exception as e:  # our failure must never fail the user's cell
             device = self._backend.device if self._backend is not None else "?"
-            warnings.warn(f"memsnap: {getattr(fn, '__name__', fn)} failed on {device}: {type(e).__name__}: {e}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"memsnap: {getattr(fn, '__name__', fn)} failed on {device}: {type(e).__name__}: {e}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return None
 
     def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
@@ -151,10 +161,19 @@ class Recorder:
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
-        meta = Meta(step=step, rank=self._rank, device=backend.device, tag=o.tag, pid=os.getpid(), end_us=end_us,
-                    error=type(error).__name__ if error is not None else None, clear=cleared,
-                    allocator_peak_allocated=allocator_peak, context=o.context if backend.records_stacks else "none",
-                    max_entries=o.max_entries)
+        meta = Meta(
+            step=step,
+            rank=self._rank,
+            device=backend.device,
+            tag=o.tag,
+            pid=os.getpid(),
+            end_us=end_us,
+            error=type(error).__name__ if error is not None else None,
+            clear=cleared,
+            allocator_peak_allocated=allocator_peak,
+            context=o.context if backend.records_stacks else "none",
+            max_entries=o.max_entries,
+        )
         snap[META_KEY] = meta.to_dict()
         path: Path | None = snapshot_path(o.out, step, o.tag, self._rank)
         file_bytes = None
@@ -163,8 +182,11 @@ class Recorder:
             file_bytes = path.stat().st_size
         except Exception as e:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-            warnings.warn(f"memsnap: could not write {path}: {reason}; the interval is kept in memory only",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"memsnap: could not write {path}: {reason}; the interval is kept in memory only",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             path = None
         finally:
             self._quietly(backend.end, keep=keep)

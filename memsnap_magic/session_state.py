@@ -27,8 +27,11 @@ class Session:
 
     def previous(self, interval: Interval) -> Interval | None:
         """The interval before ``interval`` on the same rank and device, by step."""
-        earlier = [i for i in self.intervals if i.rank == interval.rank and i.device == interval.device
-                   and i.step < interval.step]
+        earlier = [
+            i
+            for i in self.intervals
+            if i.rank == interval.rank and i.device == interval.device and i.step < interval.step
+        ]
         return max(earlier, key=lambda i: i.step) if earlier else None
 
     def add(self, interval: Interval) -> Interval:
@@ -49,11 +52,12 @@ class Session:
             try:
                 listener(self)
             except Exception as e:  # a dashboard that fails to redraw must not fail a cell
-                warnings.warn(f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2
+                )
         return interval
 
-    def subscribe(self, listener: Callable[["Session"], None]) -> None:
+    def subscribe(self, listener: Callable[[Session], None]) -> None:
         """Call ``listener(session)`` after every added interval (the dashboard updates in place).
 
         Bound methods are held weakly, so a dashboard nobody shows any more is not kept alive.
@@ -70,9 +74,9 @@ class Session:
             # A snapshot after a clear=false interval already holds that interval's entries.
             carried = prev.trace_entries if prev is not None and not prev.clear else 0
             iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(
-                iv.trace_entries - carried, 0)
-            iv.cumulative_peak_allocated = max(iv.peak_allocated,
-                                               prev.cumulative_peak_allocated if prev else 0)
+                iv.trace_entries - carried, 0
+            )
+            iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
             last[(iv.rank, iv.device)] = iv
 
     def reset(self) -> None:

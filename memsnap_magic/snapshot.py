@@ -6,6 +6,7 @@ other people's runs, so loading refuses every pickle global: nothing in a file c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -25,8 +26,7 @@ class SnapshotError(ValueError):
 
 class _NoGlobals(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused pickle global {module}.{name} "
-                                     "(snapshots hold builtins only)")
+        raise pickle.UnpicklingError(f"refused pickle global {module}.{name} (snapshots hold builtins only)")
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -42,8 +42,18 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         snap = _NoGlobals(io.BytesIO(data)).load()
     except pickle.UnpicklingError as e:
         raise SnapshotError(f"{path}: not a safe snapshot pickle: {e}") from None
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as e:
+    except (
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+    ) as e:
         raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {e})") from None
     try:
         validate(snap)
@@ -70,23 +80,37 @@ def validate(snap: Any) -> None:
             raise SnapshotError(f"device_traces[{d}] is {type(trace).__name__}, expected list")
         bad = _first_bad_entry(trace)
         if bad is not None:
-            raise SnapshotError(f"device_traces[{d}][{bad}] is not a trace entry with str action, "
-                                f"int addr and int size >= 0: {_short(trace[bad])}")
+            raise SnapshotError(
+                f"device_traces[{d}][{bad}] is not a trace entry with str action, "
+                f"int addr and int size >= 0: {_short(trace[bad])}"
+            )
     for s, seg in enumerate(snap["segments"]):
-        if not (isinstance(seg, dict) and _is_int(seg.get("device")) and _is_int(seg.get("address"))
-                and isinstance(seg.get("blocks"), list)):
+        if not (
+            isinstance(seg, dict)
+            and _is_int(seg.get("device"))
+            and _is_int(seg.get("address"))
+            and isinstance(seg.get("blocks"), list)
+        ):
             raise SnapshotError(f"segments[{s}] lacks int device, int address or a blocks list")
         for b, block in enumerate(seg["blocks"]):
-            if not (isinstance(block, dict) and _is_int(block.get("size"))
-                    and 0 <= block["size"] < _MAX_BYTES and type(block.get("state")) is str
-                    and _is_int(block.get("requested_size", 0))):
-                raise SnapshotError(f"segments[{s}].blocks[{b}] lacks int size >= 0 or str state: "
-                                    f"{_short(block)}")
+            if not (
+                isinstance(block, dict)
+                and _is_int(block.get("size"))
+                and 0 <= block["size"] < _MAX_BYTES
+                and type(block.get("state")) is str
+                and _is_int(block.get("requested_size", 0))
+            ):
+                raise SnapshotError(f"segments[{s}].blocks[{b}] lacks int size >= 0 or str state: {_short(block)}")
 
 
 def _entry_ok(e: Any) -> bool:
-    return (isinstance(e, dict) and type(e.get("action")) is str and _is_int(e.get("addr", 0))
-            and _is_int(e.get("size")) and 0 <= e["size"] < _MAX_BYTES)
+    return (
+        isinstance(e, dict)
+        and type(e.get("action")) is str
+        and _is_int(e.get("addr", 0))
+        and _is_int(e.get("size"))
+        and 0 <= e["size"] < _MAX_BYTES
+    )
 
 
 def _first_bad_entry(trace: list[Any]) -> int | None:
@@ -94,12 +118,18 @@ def _first_bad_entry(trace: list[Any]) -> int | None:
     since snapshots reach millions of entries; walks entry by entry only to name a bad one."""
     n = len(trace)
     if all(map(isinstance, trace, repeat(dict, n))):
-        kinds = (set(map(type, map(dict.get, trace, repeat("action", n)))),
-                 set(map(type, map(dict.get, trace, repeat("addr", n), repeat(0, n)))),
-                 set(map(type, sizes := list(map(dict.get, trace, repeat("size", n))))))
-        if kinds[0] <= {str} and kinds[1] <= {int} and kinds[2] <= {int}:
-            if not sizes or (min(sizes) >= 0 and max(sizes) < _MAX_BYTES):
-                return None
+        kinds = (
+            set(map(type, map(dict.get, trace, repeat("action", n)))),
+            set(map(type, map(dict.get, trace, repeat("addr", n), repeat(0, n)))),
+            set(map(type, sizes := list(map(dict.get, trace, repeat("size", n))))),
+        )
+        if (
+            kinds[0] <= {str}
+            and kinds[1] <= {int}
+            and kinds[2] <= {int}
+            and (not sizes or (min(sizes) >= 0 and max(sizes) < _MAX_BYTES))
+        ):
+            return None
     return next(i for i, e in enumerate(trace) if not _entry_ok(e))
 
 
@@ -122,15 +152,13 @@ def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
             pickle.dump(snap, f, protocol=PROTOCOL)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _umask() -> int:
     """The process's umask, read once (reading it means setting it, so not at import)."""
     mask = os.umask(0o022)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .backends import backend_class
 
@@ -44,7 +45,9 @@ def describe(iv: Interval, previous: Interval | None) -> str:
         f"kept {fmt_bytes(iv.kept, signed=True)}",
     ]
     if previous is not None:
-        parts.append(f"vs step {previous.step}: peak {fmt_bytes(iv.peak_allocated - previous.peak_allocated, signed=True)}")
+        parts.append(
+            f"vs step {previous.step}: peak {fmt_bytes(iv.peak_allocated - previous.peak_allocated, signed=True)}"
+        )
     if iv.allocator_peak_allocated is not None:
         parts.append(f"allocator peak {fmt_bytes(iv.allocator_peak_allocated)}")
     entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
@@ -62,15 +65,38 @@ def interval_table(intervals: Sequence[Interval]) -> str:
     """The ``%memsnap list`` / ``memsnap summarize`` table."""
     if not intervals:
         return "memsnap: no intervals yet (run a %%memsnap cell)"
-    head = ("step", "rank", "device", "baseline", "peak", "increase", "kept", "cum. peak", "entries",
-            "cum. entries", "error", "file")
+    head = (
+        "step",
+        "rank",
+        "device",
+        "baseline",
+        "peak",
+        "increase",
+        "kept",
+        "cum. peak",
+        "entries",
+        "cum. entries",
+        "error",
+        "file",
+    )
     rows = [head]
     for iv in intervals:
-        rows.append((str(iv.step), str(iv.rank), iv.device, fmt_bytes(iv.baseline_allocated),
-                     fmt_bytes(iv.peak_allocated), fmt_bytes(iv.peak_increase, signed=True),
-                     fmt_bytes(iv.kept, signed=True), fmt_bytes(iv.cumulative_peak_allocated),
-                     f"{iv.trace_entries:,}", f"{iv.cumulative_trace_entries:,}", iv.error or "",
-                     str(iv.path) if iv.path else "(not written)"))
+        rows.append(
+            (
+                str(iv.step),
+                str(iv.rank),
+                iv.device,
+                fmt_bytes(iv.baseline_allocated),
+                fmt_bytes(iv.peak_allocated),
+                fmt_bytes(iv.peak_increase, signed=True),
+                fmt_bytes(iv.kept, signed=True),
+                fmt_bytes(iv.cumulative_peak_allocated),
+                f"{iv.trace_entries:,}",
+                f"{iv.cumulative_trace_entries:,}",
+                iv.error or "",
+                str(iv.path) if iv.path else "(not written)",
+            )
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -79,8 +105,10 @@ def loaded_line(intervals: Sequence[Interval]) -> str:
     """What ``%memsnap load`` brought in."""
     steps = sorted({iv.step for iv in intervals})
     ranks = sorted({iv.rank for iv in intervals})
-    return (f"memsnap: loaded {len(intervals)} snapshot(s): steps {', '.join(map(str, steps))}; "
-            f"ranks {', '.join(map(str, ranks))}")
+    return (
+        f"memsnap: loaded {len(intervals)} snapshot(s): steps {', '.join(map(str, steps))}; "
+        f"ranks {', '.join(map(str, ranks))}"
+    )
 
 
 # Frames: a recorded stack runs from the allocation out through the user's code, the magic,
@@ -158,11 +186,17 @@ def blocks_table(iv: Interval) -> str:
                 reasons.append(reason)
             text = f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>"
         since = "before the step" if b.get("before") else "this step"
-        rows.append(f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
-                    f"<td style='padding-right:1em'>{since}</td><td>{text}</td></tr>")
+        rows.append(
+            f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
+            f"<td style='padding-right:1em'>{since}</td><td>{text}</td></tr>"
+        )
     if not rows:
         return "<i>nothing was allocated at this step's peak</i>"
     notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
-    return ("<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
-            "<th style='text-align:left'>live since</th><th style='text-align:left'>allocated by</th></tr>"
-            + "".join(rows) + "</table>" + notes)
+    return (
+        "<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
+        "<th style='text-align:left'>live since</th><th style='text-align:left'>allocated by</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + notes
+    )

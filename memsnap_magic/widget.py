@@ -30,19 +30,33 @@ class Dashboard:
     def __init__(self, session: Session | None = None) -> None:
         self.session = session if session is not None else STATE.session
         labels = {"description_width": "70px"}  # both controls' labels line up
-        self.view = w.ToggleButtons(options=list(_VIEW_LABELS.items()), value="both",
-                                    description="view", style=dict(labels, button_width="110px"))
+        self.view = w.ToggleButtons(
+            options=list(_VIEW_LABELS.items()),
+            value="both",
+            description="view",
+            style=dict(labels, button_width="110px"),
+        )
         self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
-        self.group = w.Dropdown(description="rank/device", layout=w.Layout(display="none"),
-                                style={"description_width": "initial"})
+        self.group = w.Dropdown(
+            description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
+        )
         self.step = w.Dropdown(description="step", style=labels)
         self.header = w.HTML()
         self.overview = w.Image(format="png")
         self.error = w.HTML()
         self.detail = w.Image(format="png")
         self.blocks = w.HTML()
-        self.root = w.VBox([self.header, w.HBox([self.view, self.group]), self.overview,
-                            self.step, self.error, self.detail, self.blocks])
+        self.root = w.VBox(
+            [
+                self.header,
+                w.HBox([self.view, self.group]),
+                self.overview,
+                self.step,
+                self.error,
+                self.detail,
+                self.blocks,
+            ]
+        )
         self.root.add_class("memsnap-dashboard")
         # images at their own pixel size (a stretched PNG blurs), at most the output's width
         self.root.layout.align_items = "flex-start"
@@ -92,15 +106,13 @@ class Dashboard:
         try:
             groups = self.groups()
             keys: list[Any] = [ALL_RANKS] * (len(groups) > 1) + groups
-            self.group.options = [("all ranks" if k == ALL_RANKS else f"rank {k[0]} · {k[1]}", k)
-                                  for k in keys]
+            self.group.options = [("all ranks" if k == ALL_RANKS else f"rank {k[0]} · {k[1]}", k) for k in keys]
             if keys and self.group.value not in keys:
                 self.group.value = keys[0]
             self.group.layout.display = "" if len(groups) > 1 else "none"
             ivs = self.shown()
             keep = self.step.value
-            self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n)
-                                 for n, iv in enumerate(ivs)]
+            self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n) for n, iv in enumerate(ivs)]
             if ivs:
                 self.step.value = len(ivs) - 1 if newest or keep is None or keep >= len(ivs) else keep
         finally:
@@ -114,13 +126,15 @@ class Dashboard:
         if self.group.value == ALL_RANKS:
             header += f" · {len(self.groups())} ranks/devices"
             self.overview_fig = self._figs["ranks"] = plots.ranks_figure(
-                self.session.intervals, selected=self.step.value, fig=self._figs.get("ranks"))
+                self.session.intervals, selected=self.step.value, fig=self._figs.get("ranks")
+            )
         else:
             worst = max(ivs, key=lambda iv: iv.kept, default=None)
             if worst is not None and worst.kept > 0:
                 header += f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
             self.overview_fig = self._figs["overview"] = plots.overview_figure(
-                ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview"))
+                ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
+            )
         self.header.value = header
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
@@ -136,9 +150,13 @@ class Dashboard:
             self.blocks.value = ""
             self._draw_overview()
             return
-        self.error.value = (f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
-                            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error)}</b>"
-                            f" — the snapshot shows memory up to the failure</div>" if iv.error else "")
+        self.error.value = (
+            f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
+            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error)}</b>"
+            f" — the snapshot shows memory up to the failure</div>"
+            if iv.error
+            else ""
+        )
         self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
         self.detail.value = plots.png(self.detail_fig)
         self.blocks.value = blocks_table(iv)

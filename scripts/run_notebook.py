@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         status = 1
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
-    for n, cell in enumerate(nb.cells):
+    for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         for o in cell.get("outputs", []):

@@ -17,12 +17,18 @@ def free(addr: int, size: int, t: int = 0) -> list[dict[str, Any]]:
     return [entry("free_requested", addr, size, t), entry("free_completed", addr, size, t)]
 
 
-def snapshot(trace: list[dict[str, Any]], live: dict[int, int], device: int = 0,
-             n_devices: int = 1) -> dict[str, Any]:
+def snapshot(trace: list[dict[str, Any]], live: dict[int, int], device: int = 0, n_devices: int = 1) -> dict[str, Any]:
     """``live``: address -> requested size of the blocks allocated at the end (one segment each)."""
-    segments = [{"device": device, "address": a, "total_size": s, "stream": 0,
-                 "blocks": [{"size": s, "requested_size": s, "state": "active_allocated", "frames": []}]}
-                for a, s in sorted(live.items())]
+    segments = [
+        {
+            "device": device,
+            "address": a,
+            "total_size": s,
+            "stream": 0,
+            "blocks": [{"size": s, "requested_size": s, "state": "active_allocated", "frames": []}],
+        }
+        for a, s in sorted(live.items())
+    ]
     traces: list[list[dict[str, Any]]] = [[] for _ in range(n_devices)]
     traces[device] = trace
     return {"segments": segments, "device_traces": traces}

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from memsnap_magic.analysis import _sorted_contains, decimate, pick_device, summarize
 from snapshots import alloc, entry, free, reference, snapshot
+
+from memsnap_magic.analysis import decimate, pick_device, summarize
+from memsnap_magic.pairing import sorted_contains
 
 MiB = 1 << 20
 
@@ -38,16 +39,22 @@ def test_address_reused_after_a_pre_window_free():
 
 
 def test_pending_free_counts_when_completed_and_other_actions_are_ignored():
-    trace = (alloc(0x1, 100) + [entry("free_requested", 0x1, 100)] + alloc(0x2, 50)
-             + [entry("free_completed", 0x1, 100), entry("segment_alloc", 0x100, 1 << 21),
-                entry("snapshot", 0, 150), {"action": "oom", "size": 1 << 30, "device_free": 0},
-                entry("future_action_we_do_not_know", 0x3, 999)])
+    trace = [
+        *alloc(1, 100),
+        entry("free_requested", 1, 100),
+        *alloc(2, 50),
+        entry("free_completed", 1, 100),
+        entry("segment_alloc", 256, 1 << 21),
+        entry("snapshot", 0, 150),
+        {"action": "oom", "size": 1 << 30, "device_free": 0},
+        entry("future_action_we_do_not_know", 3, 999),
+    ]
     s = summarize(snapshot(trace, {0x2: 50}))
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (0, 150, 50)
 
 
 def test_trace_with_free_requested_only_uses_it():
-    trace = alloc(0x1, 10) + [entry("free_requested", 0x1, 10)]
+    trace = [*alloc(1, 10), entry("free_requested", 1, 10)]
     s = summarize(snapshot(trace, {}))
     assert (s.peak_allocated, s.end_allocated) == (10, 0)
 
@@ -55,11 +62,21 @@ def test_trace_with_free_requested_only_uses_it():
 def test_blocks_addresses_follow_segment_layout():
     # one segment with an inactive block before the live one: the live block's address is
     # segment address + size of the blocks before it, and it was allocated in the trace.
-    snap = {"device_traces": [alloc(0x1000 + 512, 256)],
-            "segments": [{"device": 0, "address": 0x1000, "total_size": 2048, "blocks": [
-                {"size": 512, "state": "inactive"},
-                {"size": 512, "requested_size": 256, "state": "active_allocated"},
-                {"size": 1024, "requested_size": 1000, "state": "active_allocated"}]}]}
+    snap = {
+        "device_traces": [alloc(0x1000 + 512, 256)],
+        "segments": [
+            {
+                "device": 0,
+                "address": 0x1000,
+                "total_size": 2048,
+                "blocks": [
+                    {"size": 512, "state": "inactive"},
+                    {"size": 512, "requested_size": 256, "state": "active_allocated"},
+                    {"size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                ],
+            }
+        ],
+    }
     s = summarize(snap)
     assert s.baseline_allocated == 1000 and s.end_allocated == 1256
 
@@ -107,7 +124,7 @@ def test_summary_equals_brute_force_reference(snap):
 def test_sorted_contains_equals_isin(values, query):
     values = np.unique(np.asarray(values, dtype=np.uint64))  # ascending, as summarize passes it
     query = np.asarray(query + values[::3].tolist(), dtype=np.uint64)  # some hits, some misses
-    assert _sorted_contains(values, query).tolist() == np.isin(query, values).tolist()
+    assert sorted_contains(values, query).tolist() == np.isin(query, values).tolist()
 
 
 @st.composite
@@ -132,21 +149,36 @@ def busy_windows(draw):
                 a, size = pending.pop(draw(st.integers(0, len(pending) - 1)))
                 trace.append(entry("free_completed", a, size))
             else:
-                free_addrs = [base + k for k in range(64) if base + k not in live
-                              and all(base + k != p for p, _ in pending)]
+                free_addrs = [
+                    base + k for k in range(64) if base + k not in live and all(base + k != p for p, _ in pending)
+                ]
                 a = draw(st.sampled_from(free_addrs))
                 live[a] = draw(st.integers(1, 1 << 30))
                 trace.append(entry("alloc", a, live[a]))
         keep = draw(st.integers(0, len(trace)))
-        traces.append(trace[len(trace) - keep:])
-        segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
-                      **({"allocated_size": s, "active_size": s, "requested_size": s} if sums else {}),
-                      "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}]}
-                     for a, s in live.items()]
-        segments += [{"device": d, "address": a, "total_size": s, "stream": 0,
-                      **({"allocated_size": 0, "active_size": s, "requested_size": s} if sums else {}),
-                      "blocks": [{"size": s, "requested_size": s, "state": "active_pending_free"}]}
-                     for a, s in pending]
+        traces.append(trace[len(trace) - keep :])
+        segments += [
+            {
+                "device": d,
+                "address": a,
+                "total_size": s,
+                "stream": 0,
+                **({"allocated_size": s, "active_size": s, "requested_size": s} if sums else {}),
+                "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}],
+            }
+            for a, s in live.items()
+        ]
+        segments += [
+            {
+                "device": d,
+                "address": a,
+                "total_size": s,
+                "stream": 0,
+                **({"allocated_size": 0, "active_size": s, "requested_size": s} if sums else {}),
+                "blocks": [{"size": s, "requested_size": s, "state": "active_pending_free"}],
+            }
+            for a, s in pending
+        ]
     return {"segments": segments, "device_traces": traces}
 
 
@@ -172,7 +204,7 @@ def test_decimate_keeps_extremes_and_order():
 @given(windows(), st.integers(-1, 200))
 @settings(max_examples=200, deadline=None)
 def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
-    from memsnap_magic.analysis import alive_at
+    from memsnap_magic.alive import alive_at
 
     s = summarize(snap)
     at = min(at, len(s.allocated) - 1)
@@ -182,10 +214,10 @@ def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
 
 
 def test_alive_at_peak_names_frames_and_origin():
-    from memsnap_magic.analysis import alive_at
+    from memsnap_magic.alive import alive_at
 
     frames = [{"filename": "train.py", "line": 7, "name": "forward"}]
-    trace = [dict(alloc(0x10, 300)[0], frames=frames)] + alloc(0x20, 100) + free(0x10, 300) + free(0xA, 50)
+    trace = [dict(alloc(16, 300)[0], frames=frames), *alloc(32, 100), *free(16, 300), *free(10, 50)]
     snap = snapshot(trace, {0x20: 100, 0xB: 1000})
     s = summarize(snap)
     got = alive_at(s)
@@ -209,32 +241,33 @@ def long_window(seed: int, events: int = 4000) -> dict:
             live[a] = rng.choice(sizes)
             history.append(("alloc", a, live[a]))
     trace = []
-    for action, a, size in history[events // 3:]:
+    for action, a, size in history[events // 3 :]:
         trace += alloc(a, size) if action == "alloc" else free(a, size)
     return snapshot(trace, live)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_top_blocks_pair_only_the_largest_sizes_and_match_pairing_everything(seed, monkeypatch):
-    from memsnap_magic import analysis
+    from memsnap_magic import alive, pairing
 
     s = summarize(long_window(seed))
     read = []
-    addresses = analysis._addresses
-    monkeypatch.setattr(analysis, "_addresses", lambda trace, entries: read.append(len(entries))
-                        or addresses(trace, entries))
+    addresses = pairing.addresses
+    monkeypatch.setattr(
+        pairing, "addresses", lambda trace, entries: read.append(len(entries)) or addresses(trace, entries)
+    )
     for at in (s.peak_index, -1, len(s.allocated) // 2):
-        everything = analysis.alive_at(s, index=at, top=0)
+        everything = alive.alive_at(s, index=at, top=0)
         assert sum(b["size"] for b in everything) == (s.allocated[at] if at >= 0 else s.baseline_allocated)
         for top in (1, 3, 10):
             read.clear()
-            assert analysis.alive_at(s, index=at, top=top) == everything[:top]
+            assert alive.alive_at(s, index=at, top=top) == everything[:top]
             if top < 10:
                 assert sum(read) < len(s.allocated)  # not every event's address was read
 
 
 def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
-    from memsnap_magic.analysis import alive_at
+    from memsnap_magic.alive import alive_at
 
     trace = alloc(0x1, 10) + alloc(0x2, 20) + alloc(0x3, 30)
     for i in range(1000):  # temporaries, each larger than the last, freed right away
@@ -246,7 +279,7 @@ def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
 
 def test_top_blocks_of_an_old_file_without_requested_sizes_match_pairing_everything():
     # the end state's 512 B block is the trace's 500 B alloc: pairing by size would miss them
-    from memsnap_magic.analysis import alive_at
+    from memsnap_magic.alive import alive_at
 
     trace = alloc(0x1, 500)
     for i in range(32):
@@ -283,8 +316,10 @@ def test_old_files_without_requested_sizes_pair_every_event():
 
 
 def test_entries_without_time_us_carry_the_last_time_forward():
-    trace = [{"action": "alloc", "addr": 1, "size": 5, "stream": 0},
-             {"action": "alloc", "addr": 2, "size": 5, "stream": 0, "time_us": 70},
-             {"action": "alloc", "addr": 3, "size": 5, "stream": 0}]
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 5, "stream": 0},
+        {"action": "alloc", "addr": 2, "size": 5, "stream": 0, "time_us": 70},
+        {"action": "alloc", "addr": 3, "size": 5, "stream": 0},
+    ]
     s = summarize(snapshot(trace, {1: 5, 2: 5, 3: 5}))
     assert s.time_us.tolist() == [0, 70, 70] and s.peak_allocated == 15

@@ -16,7 +16,6 @@ from memsnap_magic import backends, session
 from memsnap_magic.backends.accelerator import AcceleratorBackend
 from memsnap_magic.options import Options
 
-
 _UNSET = object()
 
 
@@ -30,25 +29,41 @@ class FakeAllocator:
         self.peak = self.current = 0
         # the two signatures PyTorch has had; _UNSET marks what the caller did not pass
         if with_clear_flag:
-            def record(enabled="all", context=_UNSET, stacks=_UNSET, max_entries=_UNSET,
-                       device=_UNSET, clear_history=_UNSET, compile_context=_UNSET):
-                self._record(enabled, context=context, stacks=stacks, max_entries=max_entries,
-                             device=device, clear_history=clear_history, compile_context=compile_context)
+
+            def record(
+                enabled="all",
+                context=_UNSET,
+                stacks=_UNSET,
+                max_entries=_UNSET,
+                device=_UNSET,
+                clear_history=_UNSET,
+                compile_context=_UNSET,
+            ):
+                self._record(
+                    enabled,
+                    context=context,
+                    stacks=stacks,
+                    max_entries=max_entries,
+                    device=device,
+                    clear_history=clear_history,
+                    compile_context=compile_context,
+                )
         else:
+
             def record(enabled="all", context=_UNSET, stacks=_UNSET, max_entries=_UNSET, device=_UNSET):
-                self._record(enabled, context=context, stacks=stacks, max_entries=max_entries,
-                             device=device)
+                self._record(enabled, context=context, stacks=stacks, max_entries=max_entries, device=device)
+
         self.memory = types.SimpleNamespace(_record_memory_history=record, _snapshot=self.snapshot)
         self.device = types.SimpleNamespace(
             reset_peak_memory_stats=lambda i: self._reset(i),
-            max_memory_allocated=lambda i: self.peak, memory=self.memory)
+            max_memory_allocated=lambda i: self.peak,
+            memory=self.memory,
+        )
 
     def _record(self, enabled, **kw):
         kw = {k: v for k, v in kw.items() if v is not _UNSET}
         self.calls.append(("record", enabled, kw))
-        if enabled is None:
-            self.trace = []
-        elif kw.get("clear_history"):
+        if enabled is None or kw.get("clear_history"):
             self.trace = []
         self.enabled = enabled
 
@@ -69,14 +84,22 @@ class FakeAllocator:
         size = self.live.pop(addr)
         self.current -= size
         if self.enabled:
-            self.trace += [{"action": a, "addr": addr, "size": size, "stream": 0}
-                           for a in ("free_requested", "free_completed")]
+            self.trace += [
+                {"action": a, "addr": addr, "size": size, "stream": 0} for a in ("free_requested", "free_completed")
+            ]
 
     def snapshot(self) -> dict:
         self.calls.append(("snapshot",))
-        segs = [{"device": 0, "address": a, "total_size": s, "stream": 0,
-                 "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}]}
-                for a, s in self.live.items()]
+        segs = [
+            {
+                "device": 0,
+                "address": a,
+                "total_size": s,
+                "stream": 0,
+                "blocks": [{"size": s, "requested_size": s, "state": "active_allocated"}],
+            }
+            for a, s in self.live.items()
+        ]
         return {"segments": segs, "device_traces": [list(self.trace)]}
 
 
@@ -84,15 +107,15 @@ class FakeAllocator:
 def fake(request, shell, monkeypatch):
     fa = FakeAllocator(with_clear_flag=request.param)
     monkeypatch.setattr(backends, "resolve_device", lambda d: "cuda:0")
-    monkeypatch.setattr(AcceleratorBackend, "for_device",
-                        classmethod(lambda cls, d: cls("cuda", 0, fa.device, fa.memory)))
+    monkeypatch.setattr(
+        AcceleratorBackend, "for_device", classmethod(lambda cls, d: cls("cuda", 0, fa.device, fa.memory))
+    )
     shell.user_ns["fa"] = fa
     return fa
 
 
 def test_call_sequence_and_pass_through(shell, fake):
-    assert shell.run_cell("%%memsnap step=1 context=alloc stacks=python max_entries=500\n"
-                          "a = fa.alloc(100)").success
+    assert shell.run_cell("%%memsnap step=1 context=alloc stacks=python max_entries=500\na = fa.alloc(100)").success
     records = [c for c in fake.calls if c[0] == "record"]
     kw = {"context": "alloc", "stacks": "python", "max_entries": 500}
     if "clear_history" in str(fake.memory._record_memory_history.__code__.co_varnames):
@@ -102,32 +125,34 @@ def test_call_sequence_and_pass_through(shell, fake):
     names = [c[0] for c in fake.calls]
     assert names.index("reset_peak") < names.index("snapshot") < len(names) - 1
     assert names[-1] == "record" and fake.enabled is None  # stopped after the dump
-    iv, = session().intervals
+    (iv,) = session().intervals
     assert iv.device == "cuda:0" and iv.peak_allocated == 100 and iv.allocator_peak_allocated == 100
 
 
 def test_context_none_passes_none(shell, fake):
     shell.run_cell("%%memsnap context=none\npass")
-    assert [c for c in fake.calls if c[0] == "record" and c[1] == "all"][0][2]["context"] is None
+    assert next(c for c in fake.calls if c[0] == "record" and c[1] == "all")[2]["context"] is None
 
 
 def test_each_step_holds_only_its_own_entries(shell, fake):
     shell.run_cell("%%memsnap step=1\na = fa.alloc(100)")
     shell.run_cell("b = fa.alloc(7)")  # between cells: recording is off
     shell.run_cell("%%memsnap step=2\nc = fa.alloc(30)\nfa.free(a)")
-    one, two = session().intervals
+    _, two = session().intervals
     assert (two.baseline_allocated, two.peak_allocated, two.end_allocated) == (107, 137, 37)
     from memsnap_magic import load_snapshot
+
     sizes = [e["size"] for e in load_snapshot(two.path)["device_traces"][0] if e["action"] == "alloc"]
     assert sizes == [30]
 
 
 def test_steps_mark_clears_while_recording(shell, fake):
-    assert shell.run_cell("%%memsnap steps=2,3\nkeep = []\nfor s in range(1, 5):\n"
-                          "    mark(s)\n    keep.append(fa.alloc(s * 10))").success
+    assert shell.run_cell(
+        "%%memsnap steps=2,3\nkeep = []\nfor s in range(1, 5):\n    mark(s)\n    keep.append(fa.alloc(s * 10))"
+    ).success
     from memsnap_magic import load_snapshot
-    got = {iv.step: [e["size"] for e in load_snapshot(iv.path)["device_traces"][0]]
-           for iv in session().intervals}
+
+    got = {iv.step: [e["size"] for e in load_snapshot(iv.path)["device_traces"][0]] for iv in session().intervals}
     assert got == {2: [20], 3: [30]}
     assert fake.enabled is None
 

@@ -3,7 +3,8 @@
 import torch
 
 from memsnap_magic.analysis import summarize
-from memsnap_magic.backends.cpu import build_snapshot, live_storages
+from memsnap_magic.backends.cpu import build_snapshot
+from memsnap_magic.backends.live_tensors import live_storages
 
 MiB = 1 << 20
 
@@ -12,12 +13,16 @@ def test_events_become_a_memory_viz_shaped_snapshot():
     events = [(1_000_000, 0xA, 100), (2_000_000, 0xB, 50), (3_000_000, 0xA, -100)]
     snap = build_snapshot(events, {}, {}, end_us=4000, max_entries=1000)
     assert [(e["action"], e["addr"], e["size"], e["time_us"]) for e in snap["device_traces"][0]] == [
-        ("alloc", 0xA, 100, 1000), ("alloc", 0xB, 50, 2000),
-        ("free_requested", 0xA, 100, 3000), ("free_completed", 0xA, 100, 3000)]
-    seg, = snap["segments"]
+        ("alloc", 0xA, 100, 1000),
+        ("alloc", 0xB, 50, 2000),
+        ("free_requested", 0xA, 100, 3000),
+        ("free_completed", 0xA, 100, 3000),
+    ]
+    (seg,) = snap["segments"]
     assert seg["address"] == 0xB and seg["total_size"] == 50 and seg["device"] == 0
-    assert seg["blocks"] == [{"address": 0xB, "size": 50, "requested_size": 50,
-                              "state": "active_allocated", "frames": []}]
+    assert seg["blocks"] == [
+        {"address": 0xB, "size": 50, "requested_size": 50, "state": "active_allocated", "frames": []}
+    ]
     s = summarize(snap)
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (0, 150, 50)
 
@@ -30,8 +35,14 @@ def test_baseline_from_live_storages_and_silent_frees():
     events = [(1000, 0xD, MiB), (2000, 0xC, MiB)]
     snap = build_snapshot(events, start, end, end_us=9, max_entries=1000)
     actions = [(e["action"], e["addr"]) for e in snap["device_traces"][0]]
-    assert actions == [("alloc", 0xD), ("free_requested", 0xC), ("free_completed", 0xC),
-                       ("alloc", 0xC), ("free_requested", 0xB), ("free_completed", 0xB)]
+    assert actions == [
+        ("alloc", 0xD),
+        ("free_requested", 0xC),
+        ("free_completed", 0xC),
+        ("alloc", 0xC),
+        ("free_requested", 0xB),
+        ("free_completed", 0xB),
+    ]
     s = summarize(snap)
     assert s.baseline_allocated == 16 * MiB
     assert s.end_allocated == 12 * MiB
@@ -66,13 +77,28 @@ def test_live_storages_walks_modules_optimizers_containers_and_objects():
             self.kept = [torch.zeros(5)]
 
     view_base = torch.zeros(100)
-    ns = {"model": model, "opt": opt, "h": Holder(), "v": view_base[10:20], "_hidden": torch.zeros(7),
-          "meta": torch.empty(3, device="meta"), "n": 3}
+    ns = {
+        "model": model,
+        "opt": opt,
+        "h": Holder(),
+        "v": view_base[10:20],
+        "_hidden": torch.zeros(7),
+        "meta": torch.empty(3, device="meta"),
+        "n": 3,
+    }
     found = live_storages(ns)
-    expected = {t.untyped_storage().data_ptr() for t in
-                [model.weight, model.bias, model.weight.grad, model.bias.grad,
-                 *[v for st in opt.state.values() for v in st.values() if v.dim()],
-                 ns["h"].kept[0], view_base]}
+    expected = {
+        t.untyped_storage().data_ptr()
+        for t in [
+            model.weight,
+            model.bias,
+            model.weight.grad,
+            model.bias.grad,
+            *[v for st in opt.state.values() for v in st.values() if v.dim()],
+            ns["h"].kept[0],
+            view_base,
+        ]
+    }
     assert expected <= set(found)
     assert found[view_base.untyped_storage().data_ptr()] == 400  # the whole storage, not the view
     assert ns["_hidden"].untyped_storage().data_ptr() not in found

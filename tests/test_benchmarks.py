@@ -12,15 +12,30 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("summarize_vs_pickle_load", "summarize_real_vs_pickle_load", "load_snapshot_vs_pickle_load",
-        "summarize_scale", "cell_overhead",
-        "first_cell", "dump_vs_pickle_dump", "session_memory", "snapshot_size_reset",
-        "snapshot_size_cumulative", "dashboard_refresh", "dashboard_first_render")
+ROWS = (
+    "summarize_vs_pickle_load",
+    "summarize_real_vs_pickle_load",
+    "load_snapshot_vs_pickle_load",
+    "summarize_scale",
+    "cell_overhead",
+    "first_cell",
+    "dump_vs_pickle_dump",
+    "session_memory",
+    "snapshot_size_reset",
+    "snapshot_size_cumulative",
+    "dashboard_refresh",
+    "dashboard_first_render",
+)
 
 
 def test_quick_run_reports_every_row(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--out-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--quick", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["quick"] is True and summary["crashed"] == []
@@ -31,6 +46,7 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
         assert row["passed"] in (True, False, None)
     assert all(name in proc.stdout for name in ROWS)  # the table was printed
     per_benchmark = {p.stem for p in tmp_path.glob("*.json")} - {"summary"}
-    rows_in_files = {r["name"] for p in tmp_path.glob("*.json") if p.stem != "summary"
-                     for r in json.loads(p.read_text())["rows"]}
+    rows_in_files = {
+        r["name"] for p in tmp_path.glob("*.json") if p.stem != "summary" for r in json.loads(p.read_text())["rows"]
+    }
     assert per_benchmark and rows_in_files == set(ROWS)

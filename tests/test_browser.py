@@ -31,34 +31,40 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Flags that work for headless Debian Chromium as root in a container.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 90_000          # each browser wait; the whole run takes ~40 s on 2 cores
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 90_000  # each browser wait; the whole run takes ~40 s on 2 cores
 BAD_CELL = "%%memsnap stpe=5\nx = 1"
 USAGE_ERROR = "UsageError: %%memsnap: unknown option 'stpe'"
 DASHBOARD = ".memsnap-dashboard"
-IMAGES = f"{DASHBOARD} img.widget-image"     # [0] the overview, [1] the step detail
+IMAGES = f"{DASHBOARD} img.widget-image"  # [0] the overview, [1] the step detail
 # The notification override: without it a "get notified about Jupyter news?" toast covers the
 # lower right of the page (--LabApp.news_url=None alone does not stop it).
-OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                             "checkForUpdates": False}}
+OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
 def _missing() -> str | None:
     if not os.access(CHROMIUM, os.X_OK):
-        return (f"no Chromium at {CHROMIUM} (apt-get install chromium; "
-                "`playwright install` is not used)")
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium; `playwright install` is not used)"
     for module in ("jupyterlab", "playwright"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed (pip install -e '.[test]')"
     return None
 
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
 
 
 # --- the server -------------------------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -95,8 +101,7 @@ class Lab:
         self.proc: subprocess.Popen | None = None
 
     def api(self, path: str, method: str = "GET") -> object:
-        req = urllib.request.Request(self.url + path, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(self.url + path, method=method, headers={"Authorization": f"token {self.token}"})
         with urllib.request.urlopen(req, timeout=5) as resp:
             body = resp.read()
         return json.loads(body) if body else None
@@ -108,30 +113,57 @@ class Lab:
             return "(no server log)"
 
     def start(self) -> None:
-        dirs = {name: self.base / name for name in ("config", "data", "runtime", "ipython", "mpl",
-                                                    "workspaces", "user_settings", "app_settings",
-                                                    "home_config", "home_cache")}
+        dirs = {
+            name: self.base / name
+            for name in (
+                "config",
+                "data",
+                "runtime",
+                "ipython",
+                "mpl",
+                "workspaces",
+                "user_settings",
+                "app_settings",
+                "home_config",
+                "home_cache",
+            )
+        }
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         _prepare_notebooks(self.root)
         (dirs["app_settings"] / "overrides.json").write_text(json.dumps(OVERRIDES))
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(dirs["config"]),
-                   JUPYTER_DATA_DIR=str(dirs["data"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
-                   IPYTHONDIR=str(dirs["ipython"]), MPLCONFIGDIR=str(dirs["mpl"]),
-                   npm_config_cache=str(self.base / "npm"))
+        env = dict(
+            os.environ,
+            JUPYTER_CONFIG_DIR=str(dirs["config"]),
+            JUPYTER_DATA_DIR=str(dirs["data"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            IPYTHONDIR=str(dirs["ipython"]),
+            MPLCONFIGDIR=str(dirs["mpl"]),
+            npm_config_cache=str(self.base / "npm"),
+        )
         env.pop("MPLBACKEND", None)  # the kernel gets the inline backend, as a user's would
         env.pop("RANK", None)
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-               "--ip=127.0.0.1", f"--port={self.port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-               f"--LabApp.workspaces_dir={dirs['workspaces']}",
-               f"--LabApp.user_settings_dir={dirs['user_settings']}",
-               f"--LabApp.app_settings_dir={dirs['app_settings']}",
-               "--LabApp.news_url=None",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root}",
+            f"--LabApp.workspaces_dir={dirs['workspaces']}",
+            f"--LabApp.user_settings_dir={dirs['user_settings']}",
+            f"--LabApp.app_settings_dir={dirs['app_settings']}",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=self.root, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, env=env, cwd=self.root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -174,6 +206,7 @@ def lab(tmp_path_factory):
 
 # --- the browser ------------------------------------------------------------------------------
 
+
 class Page:
     """One Chromium page on the lab, with everything it logged."""
 
@@ -194,13 +227,16 @@ class Page:
         path = ARTIFACTS / f"failure-{name}.png"
         try:
             self.page.screenshot(path=str(path))
-        except Exception as exc:  # noqa: BLE001 - diagnostics only
+        except Exception as exc:
             return f"(no screenshot: {exc})"
         return str(path)
 
     def image(self, n: int) -> dict:
         """src, natural size and SHA-256 of the bytes of the dashboard's n-th image."""
-        return self.page.locator(IMAGES).nth(n).evaluate("""async (img) => {
+        return (
+            self.page.locator(IMAGES)
+            .nth(n)
+            .evaluate("""async (img) => {
             if (!img.complete) await new Promise(r => { img.onload = img.onerror = r; });
             const buf = await (await fetch(img.src)).arrayBuffer();
             const hash = await crypto.subtle.digest('SHA-256', buf);
@@ -208,18 +244,23 @@ class Page:
                     bytes: buf.byteLength,
                     sha: Array.from(new Uint8Array(hash), b => b.toString(16).padStart(2, '0')).join('')};
         }""")
+        )
 
     def wait_image_change(self, n: int, before_src: str) -> dict:
         self.page.wait_for_function(
             "([sel, n, src]) => { const img = document.querySelectorAll(sel)[n];"
             " return img && img.src !== src && img.complete && img.naturalWidth > 0; }",
-            arg=[IMAGES, n, before_src], timeout=TIMEOUT_MS)
+            arg=[IMAGES, n, before_src],
+            timeout=TIMEOUT_MS,
+        )
         return self.image(n)
 
     def step_select(self):
-        return (self.page.locator(f"{DASHBOARD} .widget-dropdown")
-                .filter(has=self.page.locator("label.widget-label", has_text=re.compile(r"^step$")))
-                .locator("select"))
+        return (
+            self.page.locator(f"{DASHBOARD} .widget-dropdown")
+            .filter(has=self.page.locator("label.widget-label", has_text=re.compile(r"^step$")))
+            .locator("select")
+        )
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +270,13 @@ def browser(lab):
     pw = sync_playwright().start()
     try:
         chromium = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            env=dict(os.environ, XDG_CONFIG_HOME=str(lab.base / "home_config"),
-                     XDG_CACHE_HOME=str(lab.base / "home_cache")))
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            env=dict(
+                os.environ, XDG_CONFIG_HOME=str(lab.base / "home_config"), XDG_CACHE_HOME=str(lab.base / "home_cache")
+            ),
+        )
         try:
             yield chromium
         finally:
@@ -253,8 +298,10 @@ def _wait_for_connected_kernel(lab: Lab, timeout: float = 90) -> None:
     raise TimeoutError(f"no connected idle kernel after {timeout} s: {lab.api('/api/kernels')}")
 
 
-_QUEUED = ("() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
-           ".some(el => /\\[[*0-9]/.test(el.textContent))")
+_QUEUED = (
+    "() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
+    ".some(el => /\\[[*0-9]/.test(el.textContent))"
+)
 
 
 def _run_all_cells(p, tries: int = 3) -> None:
@@ -272,7 +319,7 @@ def _run_all_cells(p, tries: int = 3) -> None:
         try:
             p.wait_for_function(_QUEUED, timeout=10_000)
             return
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError; try again
+        except Exception:
             if attempt == tries - 1:
                 raise
             print(f"Run All Cells queued nothing (attempt {attempt + 1}); clicking again")
@@ -292,21 +339,24 @@ def demo(lab, browser):
         _wait_for_connected_kernel(lab)
         _run_all_cells(p)
         # The bad cell is the last one: once its error shows, every cell has run.
-        p.locator(".jp-Notebook .jp-CodeCell").last.locator(
-            ".jp-OutputArea-output", has_text="UsageError").wait_for()
+        p.locator(".jp-Notebook .jp-CodeCell").last.locator(".jp-OutputArea-output", has_text="UsageError").wait_for()
         p.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
         p.wait_for_selector(f"{DASHBOARD} img")
         # every step of the notebook reached the dashboard (it updates in place)
-        p.wait_for_function("sel => { const s = document.querySelector(sel);"
-                            " return s && s.options.length === 8; }",
-                            arg=f"{DASHBOARD} .widget-dropdown:not([style*='display: none']) select")
-        p.wait_for_function("sel => [...document.querySelectorAll(sel)].every("
-                            "img => img.complete && img.naturalWidth > 0)", arg=IMAGES)
+        p.wait_for_function(
+            "sel => { const s = document.querySelector(sel); return s && s.options.length === 8; }",
+            arg=f"{DASHBOARD} .widget-dropdown:not([style*='display: none']) select",
+        )
+        p.wait_for_function(
+            "sel => [...document.querySelectorAll(sel)].every(img => img.complete && img.naturalWidth > 0)", arg=IMAGES
+        )
     except Exception as exc:
         shot = page.debug_shot("demo-run")
         context.close()
-        raise RuntimeError(f"the demo notebook did not run to a dashboard ({exc}); page: {shot}; "
-                           f"console errors: {page.errors}\nserver log:\n{lab.log_tail()}") from exc
+        raise RuntimeError(
+            f"the demo notebook did not run to a dashboard ({exc}); page: {shot}; "
+            f"console errors: {page.errors}\nserver log:\n{lab.log_tail()}"
+        ) from exc
     try:
         yield page
     finally:
@@ -314,6 +364,7 @@ def demo(lab, browser):
 
 
 # --- the tests --------------------------------------------------------------------------------
+
 
 def test_dashboard_renders_with_its_controls(demo):
     p = demo.page
@@ -391,8 +442,7 @@ def test_screenshots_light_and_dark(demo):
     _set_controls(demo, "both", "2")
     dash = p.locator(DASHBOARD)
     dash.scroll_into_view_if_needed()
-    shots = {"dashboard-light.png": dash, "usage-error-light.png":
-             p.locator(".jp-Notebook .jp-CodeCell").last}
+    shots = {"dashboard-light.png": dash, "usage-error-light.png": p.locator(".jp-Notebook .jp-CodeCell").last}
     for name, loc in shots.items():
         loc.screenshot(path=str(ARTIFACTS / name))
     dash.scroll_into_view_if_needed()
@@ -401,12 +451,13 @@ def test_screenshots_light_and_dark(demo):
     p.click('.lm-MenuBar-itemLabel:text-is("Settings")')
     p.hover('.lm-Menu-itemLabel:text-is("Theme")')
     p.click('.lm-Menu-itemLabel:text-is("JupyterLab Dark")')
-    p.wait_for_selector('body[data-jp-theme-name="JupyterLab Dark"][data-jp-theme-light="false"]',
-                        state="attached")
+    p.wait_for_selector('body[data-jp-theme-name="JupyterLab Dark"][data-jp-theme-light="false"]', state="attached")
     # the theme's stylesheet is in once the page background turns dark
-    p.wait_for_function("() => { const c = getComputedStyle(document.querySelector('.jp-Notebook'))"
-                        ".backgroundColor.match(/\\d+/g).map(Number);"
-                        " return c[0] + c[1] + c[2] < 3 * 100; }")
+    p.wait_for_function(
+        "() => { const c = getComputedStyle(document.querySelector('.jp-Notebook'))"
+        ".backgroundColor.match(/\\d+/g).map(Number);"
+        " return c[0] + c[1] + c[2] < 3 * 100; }"
+    )
     time.sleep(0.5)
     dash.scroll_into_view_if_needed()
     dash.screenshot(path=str(ARTIFACTS / "dashboard-dark.png"))
@@ -422,8 +473,10 @@ def test_screenshots_light_and_dark(demo):
 # address fails. Only such messages naming a non-local URL are ignored; anything from the
 # server itself or from JavaScript counts. With the news and update checks switched off, none
 # has shown up in this sandbox so far (the test prints any it ignores).
-_OFFLINE = re.compile(r"^console\.error: Failed to load resource: net::ERR_[A-Z_]+ "
-                      r"\[https?://(?!127\.0\.0\.1[:/])[^\]]+\]$")
+_OFFLINE = re.compile(
+    r"^console\.error: Failed to load resource: net::ERR_[A-Z_]+ "
+    r"\[https?://(?!127\.0\.0\.1[:/])[^\]]+\]$"
+)
 _PROBE = "memsnap-browser-test: console probe"
 
 

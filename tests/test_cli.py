@@ -9,11 +9,11 @@ import sys
 
 import pytest
 from IPython.core.error import UsageError
+from snapshots import alloc, free, snapshot
 
 from memsnap_magic import session
 from memsnap_magic.cli import main
 from memsnap_magic.snapshot import dump_snapshot
-from snapshots import alloc, free, snapshot
 
 MiB = 1 << 20
 
@@ -25,8 +25,11 @@ def verl_folder(tmp_path):
     for step in (1, 5, 10):
         for rank in (0, 1):
             frames = [{"filename": "/src/model.py", "line": 7, "name": "forward"}]
-            trace = [dict(alloc(0x100, step * MiB)[0], frames=frames)] + alloc(0x200, MiB) + free(0x200, MiB)
-            dump_snapshot(snapshot(trace, {0x100: step * MiB}), root / f"step{step}" / f"torch_memory_rank{rank}_pid4{rank}.pickle")
+            trace = [dict(alloc(256, step * MiB)[0], frames=frames), *alloc(512, MiB), *free(512, MiB)]
+            dump_snapshot(
+                snapshot(trace, {0x100: step * MiB}),
+                root / f"step{step}" / f"torch_memory_rank{rank}_pid4{rank}.pickle",
+            )
     return root
 
 
@@ -36,7 +39,11 @@ def test_summarize_json_takes_step_and_rank_from_the_layout(verl_folder, capsys)
     assert [(r["step"], r["rank"]) for r in records] == [(1, 0), (1, 1), (5, 0), (5, 1), (10, 0), (10, 1)]
     r = records[4]
     assert (r["peak_allocated"], r["baseline_allocated"], r["peak_increase"], r["trace_entries"]) == (
-        11 * MiB, 0, 11 * MiB, 4)
+        11 * MiB,
+        0,
+        11 * MiB,
+        4,
+    )
     assert r["device"] == "device:0" and r["path"].endswith("step10/torch_memory_rank0_pid40.pickle")
     assert all(isinstance(r[k], int) for k in ("baseline_allocated", "peak_allocated", "trace_entries"))
 
@@ -82,11 +89,14 @@ def test_diff_names_the_site_that_grew(verl_folder, capsys):
     assert "+9.0 MiB  forward (/src/model.py:7)" in out
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["summarize", "/no/such/path"], "no such file or folder"),
-    (["frobnicate"], "invalid choice"),
-    (["plot", "x.pickle"], "required"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["summarize", "/no/such/path"], "no such file or folder"),
+        (["frobnicate"], "invalid choice"),
+        (["plot", "x.pickle"], "required"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, words):
     proc = subprocess.run([sys.executable, "-m", "memsnap_magic", *argv], capture_output=True, text=True)
     assert proc.returncode == 2
@@ -100,8 +110,9 @@ def test_hostile_file_is_refused_with_exit_2(tmp_path):
 
     bad = tmp_path / "evil.pickle"
     bad.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": Evil()}))
-    proc = subprocess.run([sys.executable, "-m", "memsnap_magic", "summarize", str(bad)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "refused pickle global builtins.print" in proc.stderr
     assert "pwned" not in proc.stdout
 
@@ -115,7 +126,13 @@ def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
     shell.run_line_magic("memsnap", f"load {verl_folder}")
     assert "loaded 6 snapshot(s): steps 1, 5, 10; ranks 0, 1" in capsys.readouterr().out
     assert sorted((iv.step, iv.rank) for iv in session().intervals) == [
-        (1, 0), (1, 1), (5, 0), (5, 1), (10, 0), (10, 1)]
+        (1, 0),
+        (1, 1),
+        (5, 0),
+        (5, 1),
+        (10, 0),
+        (10, 1),
+    ]
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("memsnap", "load /no/such/dir")
     with pytest.raises(UsageError, match="give one or more"):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from memory_viz import replay
 
 from memsnap_magic import load_snapshot, session, summarize
-from memory_viz import replay
 
 CELLS = [
     # plain allocations and frees
@@ -21,8 +21,10 @@ CELLS = [
 
 @pytest.fixture
 def dumps(shell):
-    shell.run_cell("import torch\nkeep = []\nmodel = torch.nn.Linear(256, 512)\n"
-                   "opt = torch.optim.Adam(model.parameters())\nx = torch.randn(64, 256)")
+    shell.run_cell(
+        "import torch\nkeep = []\nmodel = torch.nn.Linear(256, 512)\n"
+        "opt = torch.optim.Adam(model.parameters())\nx = torch.randn(64, 256)"
+    )
     for n, cell in enumerate(CELLS, start=1):
         if n == 4:
             shell.run_cell("quiet = torch.empty(2**20, dtype=torch.uint8)")

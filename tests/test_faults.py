@@ -12,20 +12,21 @@ import time
 import warnings
 from pathlib import Path
 
-
 from memsnap_magic import load_snapshot, session
 from memsnap_magic.state import STATE
 
 
 def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
     shell.run_cell("import torch")
-    res = shell.run_cell("%%memsnap step=3\nbuf = torch.empty(2**20, dtype=torch.uint8)\n"
-                         "raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80.00 GiB')")
+    res = shell.run_cell(
+        "%%memsnap step=3\nbuf = torch.empty(2**20, dtype=torch.uint8)\n"
+        "raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80.00 GiB')"
+    )
     import torch
 
     assert type(res.error_in_exec) is torch.OutOfMemoryError
     assert "Tried to allocate 80.00 GiB" in str(res.error_in_exec)
-    iv, = session().intervals
+    (iv,) = session().intervals
     assert iv.error == "OutOfMemoryError" and iv.path.exists() and iv.peak_allocated == 1 << 20
     assert STATE.recording_devices() == []
 
@@ -81,8 +82,10 @@ def test_two_kernels_writing_to_one_folder_keep_both_files(tmp_path):
         assert r.success
         print(os.getpid())
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     pids = sorted(int(p.communicate()[0].strip().splitlines()[-1]) for p in procs)
     files = sorted((tmp_path / "memsnap" / "step1").glob("*.pickle"))
     assert [f.name for f in files] == sorted(f"torch_memory_rank0_pid{pid}.pickle" for pid in pids)

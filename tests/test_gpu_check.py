@@ -19,8 +19,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-STEP_KEYS = {"step": int, "snapshot_peak_allocated": int, "reset_verified": bool, "clear_route": str,
-             "trace_entries": int, "file_bytes": int, "file": str}
+STEP_KEYS = {
+    "step": int,
+    "snapshot_peak_allocated": int,
+    "reset_verified": bool,
+    "clear_route": str,
+    "trace_entries": int,
+    "file_bytes": int,
+    "file": str,
+}
 
 
 def run_script(out_dir: Path, *prefix: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -57,8 +64,7 @@ def test_json_has_the_documented_keys_and_types(dry_run):
     assert isinstance(data["added_latency_ratio"], float) and data["added_latency_ratio"] > 0
     assert data["oom"] == {"skipped": True, "reason": "no CUDA device (dry run)"}
     assert data["auto_device"]["ok"] and data["auto_device"]["device"] == "cpu"
-    assert data["views"]["show_mimetypes"] == [
-        "application/vnd.jupyter.widget-view+json", "image/png", "text/plain"]
+    assert data["views"]["show_mimetypes"] == ["application/vnd.jupyter.widget-view+json", "image/png", "text/plain"]
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
     assert data["async_allocator"]["skipped"] is True
     assert all(s["ok"] for s in data["sections"].values())

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from memory_viz import replay
+
 from memsnap_magic import load_snapshot, session, summarize
-from memsnap_magic.analysis import alive_at
+from memsnap_magic.alive import alive_at
 from memsnap_magic.text import blocks_table, frame_lines, interval_table, why_no_frames
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,13 +46,17 @@ def test_fixture_summarises_on_the_cpu_as_the_magic_did_on_the_gpu(name):
     assert snap["memsnap"]["device"] == recorded["device"] == "cuda:0"
     s = summarize(snap)
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated, s.trace_entries) == (
-        recorded["baseline_allocated"], recorded["peak_allocated"], recorded["end_allocated"],
-        recorded["interval_trace_entries"])
+        recorded["baseline_allocated"],
+        recorded["peak_allocated"],
+        recorded["end_allocated"],
+        recorded["interval_trace_entries"],
+    )
     # memory_viz's own replay, ported, reads the real CUDA trace the same way
     assert replay(snap, s.device) == (s.baseline_allocated, s.peak_allocated, s.end_allocated)
     top = alive_at(s, top=5)
     assert [(b["addr"], b["size"], b["before"]) for b in top] == [
-        (b["addr"], b["size"], b["before"]) for b in recorded["top_blocks"]]
+        (b["addr"], b["size"], b["before"]) for b in recorded["top_blocks"]
+    ]
 
 
 def rounded(n: int) -> int:
@@ -70,8 +74,12 @@ def test_allocator_peak_exceeds_the_snapshot_peak_by_rounding_only(name):
     allocator_peak = snap["memsnap"]["allocator_peak_allocated"]
     assert allocator_peak == GPU["fixtures"][name]["allocator_max_memory_allocated"]
     rounding = sum(rounded(b["size"]) - b["size"] for b in alive_at(s, top=0))
-    unsplit = sum(b["size"] - rounded(b["requested_size"]) for seg in snap["segments"]
-                  for b in seg["blocks"] if b["state"] == "active_allocated")
+    unsplit = sum(
+        b["size"] - rounded(b["requested_size"])
+        for seg in snap["segments"]
+        for b in seg["blocks"]
+        if b["state"] == "active_allocated"
+    )
     # this run: a 4 MiB request held in a 5 MiB block since before the step, plus the 512 B
     # rounding of every block live at the peak, is the whole gap
     assert unsplit == 1 << 20
@@ -87,7 +95,7 @@ def test_every_gpu_step_peak_is_within_one_percent_of_the_allocator():
 def test_oom_fixture_holds_the_refused_request():
     snap = load_snapshot(DATA / "cuda_oom.pickle")
     assert snap["memsnap"]["error"] == "OutOfMemoryError"
-    oom, = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
+    (oom,) = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
     assert oom["size"] == 4 * 10**15  # torch.empty(10**15) of float32, as the script asked
     assert oom == {**oom, **GPU["oom"]["oom_entry"]}
     # before giving up the allocator released its cached segments, and the trace shows it
@@ -98,7 +106,7 @@ def test_step_fixture_frames_reach_the_users_cell_or_say_why_not(shell):
     # Forward allocations carry Python frames down to the cell; backward ones run on the autograd
     # engine's thread, which has no Python stack, even with stacks=python. The real run has both.
     shell.run_line_magic("memsnap", f"load {DATA / 'cuda_step.pickle'}")
-    iv, = session().intervals
+    (iv,) = session().intervals
     fresh = [b for b in iv.top_blocks if not b["before"]]
     framed = [b for b in fresh if b["frames"]]
     lines = [line for b in framed for line in frame_lines(b["frames"], limit=50)]
@@ -112,9 +120,13 @@ def test_step_fixture_frames_reach_the_users_cell_or_say_why_not(shell):
 
 
 def test_cli_summarizes_the_real_fixtures():
-    out = subprocess.run([sys.executable, "-m", "memsnap_magic", "summarize", "--json",
-                          *(str(DATA / n) for n in FIXTURES)],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", "--json", *(str(DATA / n) for n in FIXTURES)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     records = {Path(r["path"]).name: r for r in json.loads(out.stdout)}
     for name in FIXTURES:
         assert records[name]["peak_allocated"] == GPU["fixtures"][name]["peak_allocated"]
@@ -127,7 +139,8 @@ def test_load_and_dashboard_take_the_real_fixtures(shell):
     ivs = sorted(session().intervals, key=lambda iv: iv.step)
     assert [(iv.step, iv.device, iv.tag) for iv in ivs] == [
         (GPU["fixtures"]["cuda_oom.pickle"]["step"], "cuda:0", "oom"),
-        (GPU["fixtures"]["cuda_step.pickle"]["step"], "cuda:0", "fixture")]
+        (GPU["fixtures"]["cuda_step.pickle"]["step"], "cuda:0", "fixture"),
+    ]
     from memsnap_magic import Dashboard
 
     d = Dashboard(session())

@@ -34,10 +34,12 @@ def torch_ns(shell):
 
 
 def test_load_ext_imports_neither_torch_nor_matplotlib():
-    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
-            "sh = InteractiveShell.instance()\nsh.run_line_magic('load_ext', 'memsnap_magic')\n"
-            "assert 'memsnap' in sh.magics_manager.magics['cell']\n"
-            "print(sorted(m for m in ('torch', 'matplotlib', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "sh = InteractiveShell.instance()\nsh.run_line_magic('load_ext', 'memsnap_magic')\n"
+        "assert 'memsnap' in sh.magics_manager.magics['cell']\n"
+        "print(sorted(m for m in ('torch', 'matplotlib', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -45,8 +47,11 @@ def test_load_ext_imports_neither_torch_nor_matplotlib():
 def test_known_sizes_give_known_figures(torch_ns, capsys):
     sh = torch_ns
     assert run(sh, "%%memsnap step=1\na = torch.empty(4*2**20, dtype=torch.uint8)").success
-    assert run(sh, "%%memsnap step=2\nb = torch.empty(2*2**20, dtype=torch.uint8)\n"
-                   "t = torch.empty(8*2**20, dtype=torch.uint8)\ndel t").success
+    assert run(
+        sh,
+        "%%memsnap step=2\nb = torch.empty(2*2**20, dtype=torch.uint8)\n"
+        "t = torch.empty(8*2**20, dtype=torch.uint8)\ndel t",
+    ).success
     assert run(sh, "%%memsnap step=3\ndel a\nkeep.append(torch.empty(2**20, dtype=torch.uint8))").success
     one, two, three = session().intervals
     assert (one.baseline_allocated, one.peak_allocated, one.end_allocated) == (0, 4 * MiB, 4 * MiB)
@@ -91,11 +96,12 @@ def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
 
 def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, capsys):
     sh = torch_ns
-    res = run(sh, "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\n"
-                  "def f():\n    raise ValueError('boom')\nf()")
+    res = run(
+        sh, "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\ndef f():\n    raise ValueError('boom')\nf()"
+    )
     assert isinstance(res.error_in_exec, ValueError) and str(res.error_in_exec) == "boom"
     assert not res.success
-    iv, = session().intervals
+    (iv,) = session().intervals
     assert iv.error == "ValueError" and iv.path.exists() and iv.peak_allocated == MiB
     assert load_snapshot(iv.path)["memsnap"]["error"] == "ValueError"
     out = capsys.readouterr()
@@ -111,8 +117,9 @@ def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):
     assert session().intervals[0].error == "KeyboardInterrupt"
 
 
-@pytest.mark.parametrize("line", ["stpe=5", "step", "step=five", "--step 5", "device=cuda:7",
-                                  "device=xpu", "step=1 steps=2"])
+@pytest.mark.parametrize(
+    "line", ["stpe=5", "step", "step=five", "--step 5", "device=cuda:7", "device=xpu", "step=1 steps=2"]
+)
 def test_bad_options_refuse_to_run_the_cell(shell, line):
     res = shell.run_cell(f"%%memsnap {line}\nran = True")
     assert isinstance(res.error_in_exec, UsageError)
@@ -122,14 +129,18 @@ def test_bad_options_refuse_to_run_the_cell(shell, line):
     assert session().intervals == [] and not Path("memsnap").exists()
 
 
-@pytest.mark.parametrize("body, error", [("x = 1\nx = (1\n", SyntaxError),
-                                         ("if True:\nprint(1)\n", IndentationError)])
+@pytest.mark.parametrize("body, error", [("x = 1\nx = (1\n", SyntaxError), ("if True:\nprint(1)\n", IndentationError)])
 def test_syntax_error_reads_as_in_a_plain_cell_and_records_nothing(shell, capsys, body, error):
+    def shown() -> str:  # what the user read, colours and the cell's number aside
+        return re.sub(r"In ?\[\d+\]", "In[N]", re.sub(r"\x1b\[[0-9;]*m", "", "".join(capsys.readouterr())))
+
     res = shell.run_cell("%%memsnap\n" + body)
     assert type(res.error_before_exec) is error
     assert res.error_before_exec.lineno == 3  # the cell's own line numbers
-    text = re.sub(r"\x1b\[[0-9;]*m", "", "".join(capsys.readouterr()))
-    assert "Cell In[" in text and "Traceback" not in text and "run_cell_magic" not in text
+    text = shown()
+    assert "Traceback" not in text and "run_cell_magic" not in text
+    shell.run_cell("#\n" + body)  # a plain cell, its lines numbered as with the magic line
+    assert text == shown() and "In[N]" in text
     assert session().intervals == []
     with pytest.raises(error):  # called directly, the magic raises it too
         shell.run_cell_magic("memsnap", "", body)
@@ -149,7 +160,7 @@ def test_rerunning_a_step_replaces_interval_and_file(torch_ns):
     sh = torch_ns
     run(sh, "%%memsnap step=2\na = torch.empty(2**20, dtype=torch.uint8)")
     run(sh, "%%memsnap step=2\nb = torch.empty(3*2**20, dtype=torch.uint8)")
-    iv, = session().intervals
+    (iv,) = session().intervals
     assert [s for _, s in allocs(iv.path)] == [3 * MiB]
     run(sh, "%%memsnap\npass")
     assert [i.step for i in session().intervals] == [2, 3]
@@ -157,10 +168,13 @@ def test_rerunning_a_step_replaces_interval_and_file(torch_ns):
 
 def test_steps_with_mark_dump_only_the_listed_steps(torch_ns):
     sh = torch_ns
-    res = run(sh, "%%memsnap steps=1,3\n"
-                  "for step in range(1, 5):\n"
-                  "    mark(step)\n"
-                  "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n")
+    res = run(
+        sh,
+        "%%memsnap steps=1,3\n"
+        "for step in range(1, 5):\n"
+        "    mark(step)\n"
+        "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n",
+    )
     assert res.success
     assert [i.step for i in session().intervals] == [1, 3]
     one, three = session().intervals
@@ -174,15 +188,18 @@ def test_marked_steps_are_cleared_intervals_in_the_cumulative_count(torch_ns):
     # Each listed step starts a fresh history, so its file holds only its own entries and a
     # never-cleared recording would hold the running sum (a GPU run showed 1,957 -> 1,959 here).
     sh = torch_ns
-    run(sh, "%%memsnap steps=1,2,3\n"
-            "for step in range(1, 4):\n"
-            "    mark(step)\n"
-            "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n")
+    run(
+        sh,
+        "%%memsnap steps=1,2,3\n"
+        "for step in range(1, 4):\n"
+        "    mark(step)\n"
+        "    keep.append(torch.empty(step * 2**20, dtype=torch.uint8))\n",
+    )
     ivs = session().intervals
     assert [i.clear for i in ivs] == [True, True, True]
     assert [load_snapshot(i.path)["memsnap"]["clear"] for i in ivs] == [True, True, True]
     entries = [i.trace_entries for i in ivs]
-    assert [i.cumulative_trace_entries for i in ivs] == [sum(entries[:n + 1]) for n in range(3)]
+    assert [i.cumulative_trace_entries for i in ivs] == [sum(entries[: n + 1]) for n in range(3)]
 
 
 def test_steps_with_clear_false_is_a_usage_error(torch_ns):
@@ -200,10 +217,17 @@ def test_summary_line_says_when_an_accelerator_saw_no_allocation():
     from memsnap_magic.intervals import Interval
     from memsnap_magic.text import describe
 
-    iv = Interval(step=1, rank=0, device="cuda:0", path=None, baseline_allocated=0,
-                  peak_allocated=0, end_allocated=0, trace_entries=0)
-    assert "0 entries: nothing was allocated on cuda:0 (CPU tensors? record them with device=cpu)" \
-        in describe(iv, None)
+    iv = Interval(
+        step=1,
+        rank=0,
+        device="cuda:0",
+        path=None,
+        baseline_allocated=0,
+        peak_allocated=0,
+        end_allocated=0,
+        trace_entries=0,
+    )
+    assert "0 entries: nothing was allocated on cuda:0 (CPU tensors? record them with device=cpu)" in describe(iv, None)
     assert "nothing was allocated" not in describe(replace(iv, device="cpu"), None)
     assert "nothing was allocated" not in describe(replace(iv, trace_entries=3), None)
 
@@ -217,7 +241,7 @@ def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     assert res.success and res.result == 4.0
     messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
     assert len(messages) == 1 and "could not write blocked/step1/" in messages[0]
-    iv, = session().intervals
+    (iv,) = session().intervals
     assert iv.path is None and iv.peak_allocated > 0
     assert STATE.recording_devices() == []
 
@@ -227,7 +251,9 @@ def test_rank_from_environment_and_option(torch_ns, monkeypatch):
     run(torch_ns, "%%memsnap step=1\npass")
     run(torch_ns, "%%memsnap step=1 rank=5\npass")
     assert [(i.rank, i.path.name.split("_pid")[0]) for i in session().intervals] == [
-        (3, "torch_memory_rank3"), (5, "torch_memory_rank5")]
+        (3, "torch_memory_rank3"),
+        (5, "torch_memory_rank5"),
+    ]
 
 
 def test_line_magic_commands(shell, capsys):
@@ -260,6 +286,7 @@ def test_reload_leaves_one_magic_and_no_recording(shell):
     shell.run_cell("%%memsnap clear=false\nq = 1")
     shell.run_line_magic("reload_ext", "memsnap_magic")
     from memsnap_magic.execute import SyntaxCheck
+
     assert sum(isinstance(t, SyntaxCheck) for t in shell.input_transformers_cleanup) == 1
     assert STATE.recording_devices() == []
     assert shell.run_cell("%%memsnap\nq = 2").success
@@ -277,7 +304,7 @@ def test_recorder_in_a_script(tmp_path):
 
     with Recorder(step=7, out=tmp_path, device="cpu") as rec:
         block = torch.empty(MiB, dtype=torch.uint8)
-    iv, = rec.intervals
+    (iv,) = rec.intervals
     assert iv.peak_increase == MiB and iv.path.parent == tmp_path / "step7"
     del block
     with pytest.raises(ValueError, match="context="):
@@ -288,12 +315,14 @@ def test_profiler_log_lines_stay_out_of_the_cell_output():
     # A tensor allocated before recording and freed inside the cell makes PyTorch's CPU
     # allocator print "Memory block of unknown size..." once per process; kineto prints USDT
     # lines at start/stop. Neither may reach the user.
-    code = ("from IPython.core.interactiveshell import InteractiveShell\n"
-            "sh = InteractiveShell.instance()\n"
-            "sh.run_cell('import torch\\nold = torch.ones(1000)')\n"
-            "sh.run_line_magic('load_ext', 'memsnap_magic')\n"
-            "r = sh.run_cell('%%memsnap device=cpu\\ndel old\\nnew = torch.ones(10)')\n"
-            "assert r.success\n")
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "sh = InteractiveShell.instance()\n"
+        "sh.run_cell('import torch\\nold = torch.ones(1000)')\n"
+        "sh.run_line_magic('load_ext', 'memsnap_magic')\n"
+        "r = sh.run_cell('%%memsnap device=cpu\\ndel old\\nnew = torch.ones(10)')\n"
+        "assert r.success\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     noise = out.stdout + out.stderr
     assert "unknown size" not in noise and "USDT" not in noise
@@ -308,4 +337,29 @@ def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
     assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(data)
     assert "1.0 MiB" in data["text/plain"]
     import matplotlib.pyplot as plt
+
     assert plt.get_fignums() == []  # figures are not left registered with pyplot
+
+
+def test_the_newest_interval_is_reachable_without_the_namespace(torch_ns):
+    from memsnap_magic.intervals import Interval
+
+    sh = torch_ns
+    run(sh, "%%memsnap step=2\na = torch.empty(2**20, dtype=torch.uint8)")
+    run(sh, "%%memsnap step=3\nb = torch.empty(2**20, dtype=torch.uint8)")
+    assert session().last.step == 3
+    run(sh, "%%memsnap step=2\nc = torch.empty(3*2**20, dtype=torch.uint8)")  # re-run: replaced in place
+    assert [i.step for i in session().intervals] == [2, 3]
+    assert session().last.step == 2 and session().last.peak_increase == 3 * MiB
+    assert not any(isinstance(v, Interval) for v in sh.user_ns.values())  # nothing written into it
+
+
+def test_line_commands_help_and_errors_come_from_one_table(shell):
+    from memsnap_magic.magic import COMMANDS
+
+    doc = shell.find_line_magic("memsnap").__doc__
+    for command in COMMANDS.values():
+        assert f"%memsnap {command.usage}" in doc and command.help in doc
+    with pytest.raises(UsageError) as info:
+        shell.run_line_magic("memsnap", "shwo")
+    assert f"allowed: {', '.join(COMMANDS)}" in str(info.value)

@@ -80,17 +80,23 @@ def test_demo_dashboard_survives_in_saved_widget_state(executed):
     images = [m for m in state.values() if m["model_name"] == "ImageModel"]
     pngs = [base64.b64decode(m["buffers"][0]["data"]) for m in images]
     assert len(pngs) == 2 and all(p[:4] == b"\x89PNG" and len(p) > 5000 for p in pngs)
-    steps = next(m for m in state.values() if m["model_name"] == "DropdownModel"
-                 and m["state"].get("description") == "step")
+    steps = next(
+        m for m in state.values() if m["model_name"] == "DropdownModel" and m["state"].get("description") == "step"
+    )
     # shown after step 3, it kept updating: it ends on the last step the notebook recorded
     assert steps["state"]["_options_labels"][-1] == "10"
 
 
 def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
     nb, cwd = executed["ranks_ipyparallel.ipynb"]
-    files = sorted(p.relative_to(cwd / "ranks").as_posix().split("_pid")[0]
-                   for p in (cwd / "ranks").glob("step*/*.pickle"))
-    assert files == ["step1/torch_memory_rank0", "step1/torch_memory_rank1",
-                     "step2/torch_memory_rank0", "step2/torch_memory_rank1"]
+    files = sorted(
+        p.relative_to(cwd / "ranks").as_posix().split("_pid")[0] for p in (cwd / "ranks").glob("step*/*.pickle")
+    )
+    assert files == [
+        "step1/torch_memory_rank0",
+        "step1/torch_memory_rank1",
+        "step2/torch_memory_rank0",
+        "step2/torch_memory_rank1",
+    ]
     loaded = next(o.text for c in nb.cells for o in c.get("outputs", []) if "loaded" in o.get("text", ""))
     assert "loaded 4 snapshot(s): steps 1, 2; ranks 0, 1" in loaded

@@ -20,24 +20,27 @@ def test_steps_sorted_unique():
     assert parse_given("steps=3") == {"steps": (3,)}
 
 
-@pytest.mark.parametrize("line, words", [
-    ("stpe=5", ["unknown option 'stpe'", "step, steps"]),
-    ("step", ["expected key=value"]),
-    ("--step 5", ["expected key=value"]),
-    ("step=five", ["step=", "'five'", "an integer >= 0"]),
-    ("step=-1", ["step=", "an integer >= 0"]),
-    ("device=tpu", ["device=", "auto, cpu, cuda, cuda:K"]),
-    ("device=cpu:1", ["device="]),
-    ("context=some", ["context=", "all, alloc, state, none"]),
-    ("stacks=cpp", ["stacks=", "python, all"]),
-    ("clear=maybe", ["clear=", "true, false"]),
-    ("max_entries=0", ["max_entries=", ">= 1"]),
-    ("tag=a/b", ["tag=", "file name"]),
-    ("step=1 step=2", ["given twice"]),
-    ("step=1 steps=1,2", ["not both"]),
-    ("steps=,", ["steps="]),
-    ("out='unclosed", ["cannot split"]),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("stpe=5", ["unknown option 'stpe'", "step, steps"]),
+        ("step", ["expected key=value"]),
+        ("--step 5", ["expected key=value"]),
+        ("step=five", ["step=", "'five'", "an integer >= 0"]),
+        ("step=-1", ["step=", "an integer >= 0"]),
+        ("device=tpu", ["device=", "auto, cpu, cuda, cuda:K"]),
+        ("device=cpu:1", ["device="]),
+        ("context=some", ["context=", "all, alloc, state, none"]),
+        ("stacks=cpp", ["stacks=", "python, all"]),
+        ("clear=maybe", ["clear=", "true, false"]),
+        ("max_entries=0", ["max_entries=", ">= 1"]),
+        ("tag=a/b", ["tag=", "file name"]),
+        ("step=1 step=2", ["given twice"]),
+        ("step=1 steps=1,2", ["not both"]),
+        ("steps=,", ["steps="]),
+        ("out='unclosed", ["cannot split"]),
+    ],
+)
 def test_bad_options_name_key_and_allowed_values(line, words):
     with pytest.raises(OptionError) as info:
         parse(line)
@@ -49,3 +52,45 @@ def test_help_lists_every_option_with_an_example():
     text = help_text()
     for key, opt in OPTIONS.items():
         assert f"{key}=" in text and opt.example in text
+
+
+def test_recorder_keywords_are_converted_directly():
+    from pathlib import Path
+
+    from memsnap_magic.options import DEFAULTS, Options, from_keywords
+
+    o = from_keywords(step=3, out=Path("runs") / "mem", steps=None, rank=None, clear=False)
+    assert o == Options(step=3, out="runs/mem", clear=False)
+    assert from_keywords(steps=[10, 1, 5, 5]).steps == (1, 5, 10)
+    assert from_keywords(steps=range(2, 4)).steps == (2, 3)
+    assert from_keywords() == DEFAULTS
+    for bad, words in [
+        ({"step": True}, "step="),
+        ({"step": 1.5}, "step="),
+        ({"clear": "maybe"}, "clear="),
+        ({"clear": 1}, "clear="),
+        ({"steps": 5}, "steps="),
+        ({"device": "tpu"}, "device="),
+        ({"tag": "a/b"}, "tag="),
+        ({"bogus": 1}, "unknown option 'bogus'"),
+    ]:
+        with pytest.raises(OptionError, match=words):
+            from_keywords(**bad)
+
+
+def test_rules_between_options_hold_over_session_defaults():
+    # a session default and the line together must not ask for both
+    with pytest.raises(OptionError, match="not both"):
+        parse("step=5", {"steps": (1, 2)})
+    with pytest.raises(OptionError, match="clear=false"):
+        parse("steps=1,2", {"clear": False})
+
+
+def test_usage_line_names_every_option():
+    from memsnap_magic.options import usage
+
+    text = usage()
+    assert text.startswith("%%memsnap [step=N] [steps=1,5,10]")
+    for key in OPTIONS:
+        assert f"[{key}=" in text
+    assert "device=auto|cpu|cuda|cuda:K" in text and "context=all|alloc|state|none" in text

@@ -2,10 +2,10 @@ import pickle
 import pickletools
 
 import pytest
+from snapshots import alloc, snapshot
 
 from memsnap_magic import SnapshotError, load_snapshot
 from memsnap_magic.snapshot import dump_snapshot
-from snapshots import alloc, snapshot
 
 
 def test_round_trip_protocol_4_builtins_only(tmp_path):
@@ -43,26 +43,37 @@ def test_refuses_globals_without_running_them(tmp_path):
     target = tmp_path / "pwned"
     path = tmp_path / "evil.pickle"
     path.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": Payload(str(target))}))
-    with pytest.raises(SnapshotError, match="evil.pickle.*refused pickle global"):
+    with pytest.raises(SnapshotError, match=r"evil\.pickle.*refused pickle global"):
         load_snapshot(path)
     assert not target.exists()
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"", "empty file"),
-    (b"not a pickle at all", "not a"),
-    (pickle.dumps({"segments": [], "device_traces": []})[:-5], "not a"),
-    (pickle.dumps([1, 2]), "top level is list"),
-    (pickle.dumps({"segments": []}), "missing key 'device_traces'"),
-    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": "0x1", "size": 3}]]}),
-     "device_traces[0][0]"),
-    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": None}]]}),
-     "device_traces[0][0]"),
-    (pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": -5}]]}),
-     "device_traces[0][0]"),
-    (pickle.dumps({"segments": [{"device": 0, "address": 0, "blocks": [{"size": 1}]}],
-                   "device_traces": []}), "segments[0].blocks[0]"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"", "empty file"),
+        (b"not a pickle at all", "not a"),
+        (pickle.dumps({"segments": [], "device_traces": []})[:-5], "not a"),
+        (pickle.dumps([1, 2]), "top level is list"),
+        (pickle.dumps({"segments": []}), "missing key 'device_traces'"),
+        (
+            pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": "0x1", "size": 3}]]}),
+            "device_traces[0][0]",
+        ),
+        (
+            pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": None}]]}),
+            "device_traces[0][0]",
+        ),
+        (
+            pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": -5}]]}),
+            "device_traces[0][0]",
+        ),
+        (
+            pickle.dumps({"segments": [{"device": 0, "address": 0, "blocks": [{"size": 1}]}], "device_traces": []}),
+            "segments[0].blocks[0]",
+        ),
+    ],
+)
 def test_malformed_files_raise_snapshot_error_naming_the_file(tmp_path, content, words):
     path = tmp_path / "bad.pickle"
     path.write_bytes(content)
@@ -77,7 +88,7 @@ def test_missing_file(tmp_path):
 
 
 def test_unknown_fields_and_actions_are_tolerated(tmp_path):
-    snap = snapshot(alloc(1, 2) + [{"action": "from_the_future", "size": 0, "new": [1]}], {1: 2})
+    snap = snapshot([*alloc(1, 2), {"action": "from_the_future", "size": 0, "new": [1]}], {1: 2})
     snap["brand_new_key"] = {"x": 1}
     path = dump_snapshot(snap, tmp_path / "s.pickle")
     assert load_snapshot(path)["brand_new_key"] == {"x": 1}
@@ -85,16 +96,19 @@ def test_unknown_fields_and_actions_are_tolerated(tmp_path):
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-from memsnap_magic import summarize  # noqa: E402
 from snapshots import free  # noqa: E402
 
-_VALID = pickle.dumps(snapshot(alloc(0x10, 64) + free(0x8, 32) + alloc(0x20, 1 << 20),
-                               {0x10: 64, 0x20: 1 << 20}), protocol=4)
+from memsnap_magic import summarize  # noqa: E402
+
+_VALID = pickle.dumps(
+    snapshot(alloc(0x10, 64) + free(0x8, 32) + alloc(0x20, 1 << 20), {0x10: 64, 0x20: 1 << 20}), protocol=4
+)
 
 
-@given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(0, len(_VALID)))
+@given(
+    st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(0, len(_VALID)),
+)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_corrupted_files_raise_only_snapshot_error(tmp_path, flips, cut):
     data = bytearray(_VALID)

@@ -8,8 +8,8 @@ import weakref
 import numpy as np
 import pytest
 
-from memsnap_magic.plots import NEVER_CLEARED, THIS_STEP
 from memsnap_magic.intervals import Interval
+from memsnap_magic.plots import NEVER_CLEARED, THIS_STEP
 from memsnap_magic.session_state import Session
 from memsnap_magic.text import blocks_table, frame_lines
 from memsnap_magic.widget import Dashboard
@@ -19,13 +19,32 @@ MiB = 1 << 20
 
 def interval(step, base, peak, end, entries=100, clear=True, error=None, rank=0, device="cpu"):
     t = np.arange(4, dtype=np.int64) * 1000 + step * 10**6
-    return Interval(step=step, rank=rank, device=device, path=None, baseline_allocated=base,
-                    peak_allocated=peak, end_allocated=end, trace_entries=entries, clear=clear,
-                    error=error, time_us=t, allocated=np.array([base, peak, (base + peak) // 2, end]),
-                    top_blocks=[{"size": peak - base, "addr": 1, "before": False,
-                                 "frames": [{"filename": "/lib/model.py", "line": 3, "name": "forward"},
-                                            {"filename": "/tmp/ipykernel_9/123.py", "line": 2, "name": "<module>"}]},
-                                {"size": base, "addr": 2, "before": True, "frames": []}])
+    return Interval(
+        step=step,
+        rank=rank,
+        device=device,
+        path=None,
+        baseline_allocated=base,
+        peak_allocated=peak,
+        end_allocated=end,
+        trace_entries=entries,
+        clear=clear,
+        error=error,
+        time_us=t,
+        allocated=np.array([base, peak, (base + peak) // 2, end]),
+        top_blocks=[
+            {
+                "size": peak - base,
+                "addr": 1,
+                "before": False,
+                "frames": [
+                    {"filename": "/lib/model.py", "line": 3, "name": "forward"},
+                    {"filename": "/tmp/ipykernel_9/123.py", "line": 2, "name": "<module>"},
+                ],
+            },
+            {"size": base, "addr": 2, "before": True, "frames": []},
+        ],
+    )
 
 
 @pytest.fixture
@@ -50,16 +69,16 @@ def line(ax, label):
 def test_overview_plots_interval_and_cumulative_peaks(session):
     d = Dashboard(session)
     peak_ax, kept_ax, size_ax = d.overview_fig.axes
-    base, = bars(peak_ax, "live at the step's start")
-    rise, = bars(peak_ax, THIS_STEP)
+    (base,) = bars(peak_ax, "live at the step's start")
+    (rise,) = bars(peak_ax, THIS_STEP)
     assert base == [10 * MiB, 10 * MiB, 14 * MiB]
     assert rise == [20 * MiB, 40 * MiB, 20 * MiB]
-    cumul, = line(peak_ax, NEVER_CLEARED)
+    (cumul,) = line(peak_ax, NEVER_CLEARED)
     assert list(cumul.get_ydata()) == [30 * MiB, 50 * MiB, 50 * MiB]
     assert bars(kept_ax, "_kept") == [[0, 4 * MiB, 0]]
     assert list(line(size_ax, NEVER_CLEARED)[0].get_ydata()) == [100, 200, 300]
     assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
-    failed, = line(peak_ax, "_failed")
+    (failed,) = line(peak_ax, "_failed")
     assert list(failed.get_xdata()) == [2]
     assert d.overview.value[:4] == b"\x89PNG" and "step 2 (+4.0 MiB)" in d.header.value
 
@@ -144,7 +163,7 @@ def test_dashboards_are_not_kept_alive_by_the_session(session):
 
 def test_empty_session_draws_a_hint():
     d = Dashboard(Session())
-    assert "no intervals yet" in [t.get_text() for t in d.overview_fig.axes[0].texts][0]
+    assert "no intervals yet" in next(t.get_text() for t in d.overview_fig.axes[0].texts)
     assert d.detail.value == b""
 
 
@@ -171,18 +190,20 @@ REAL_STACK = [
     frame("run", "/work/main/memsnap_magic/execute.py", 53),
     frame("memsnap", "/work/main/memsnap_magic/magic.py", 75),
     frame("run_cell_magic", f"{SITE}/IPython/core/interactiveshell.py", 2644),
-    frame("<module>", "<ipython-input-11-463fe9ae15df>", 1),      # the %%memsnap line itself
+    frame("<module>", "<ipython-input-11-463fe9ae15df>", 1),  # the %%memsnap line itself
     frame("run_code", f"{SITE}/IPython/core/interactiveshell.py", 3823),
 ]
 
 
 def test_frame_lines_drop_the_magic_and_what_runs_it():
     # cells first, then the innermost library frames, with paths from site-packages on
-    assert frame_lines(REAL_STACK) == ["train_step (cell In[1]:13)", "<module> (cell In[12]:2)",
-                                       "_in_projection_packed (torch/nn/functional.py:5843)",
-                                       "forward (torch/nn/modules/transformer.py:954)"]
+    assert frame_lines(REAL_STACK) == [
+        "train_step (cell In[1]:13)",
+        "<module> (cell In[12]:2)",
+        "_in_projection_packed (torch/nn/functional.py:5843)",
+        "forward (torch/nn/modules/transformer.py:954)",
+    ]
     assert frame_lines(REAL_STACK, limit=50)[-1] == "forward (torch/nn/modules/transformer.py:954)"
     # a Jupyter kernel names cells by a temporary file; a script's own files keep their path
-    kernel = [frame("f", "/tmp/ipykernel_4242/3196435227.py", 3),
-              frame("main", "/home/u/memsnap_magic/train.py", 9)]
+    kernel = [frame("f", "/tmp/ipykernel_4242/3196435227.py", 3), frame("main", "/home/u/memsnap_magic/train.py", 9)]
     assert frame_lines(kernel) == ["f (notebook cell:3)", "main (/home/u/memsnap_magic/train.py:9)"]

@@ -32,8 +32,9 @@ class AcceleratorBackend(Backend):
 
     label = "PyTorch's allocator history"
 
-    def __init__(self, kind: str, index: int, device_module: ModuleType,
-                 memory_module: ModuleType, clear_route: str = "auto") -> None:
+    def __init__(
+        self, kind: str, index: int, device_module: ModuleType, memory_module: ModuleType, clear_route: str = "auto"
+    ) -> None:
         self.device = f"{kind}:{index}"
         self.kind, self.index = kind, index
         self.trace_index = index
@@ -77,9 +78,11 @@ class AcceleratorBackend(Backend):
         kind, _, index = device.partition(":")
         module = getattr(torch, kind)
         if kind == "cuda" and getattr(module, "get_allocator_backend", lambda: "native")() == "cudaMallocAsync":
-            raise BackendError("the cudaMallocAsync allocator (PYTORCH_CUDA_ALLOC_CONF="
-                               "backend:cudaMallocAsync) cannot record allocation history; "
-                               "unset it to use %%memsnap on CUDA")
+            raise BackendError(
+                "the cudaMallocAsync allocator (PYTORCH_CUDA_ALLOC_CONF="
+                "backend:cudaMallocAsync) cannot record allocation history; "
+                "unset it to use %%memsnap on CUDA"
+            )
         return cls(kind, int(index), module, module.memory)
 
     @property
@@ -94,8 +97,11 @@ class AcceleratorBackend(Backend):
             STATE.recording_kinds.discard(self.kind)
 
     def configure(self, options: Options) -> None:
-        self._settings = {"context": _CONTEXT[options.context], "stacks": options.stacks,
-                          "max_entries": options.max_entries}
+        self._settings = {
+            "context": _CONTEXT[options.context],
+            "stacks": options.stacks,
+            "max_entries": options.max_entries,
+        }
 
     def _record(self, enabled: str | None, **extra: Any) -> None:
         kwargs = dict(self._settings, **extra) if enabled else {}
@@ -104,9 +110,11 @@ class AcceleratorBackend(Backend):
             self._mem._record_memory_history(enabled, **kwargs)
         except RuntimeError as e:
             if "cudaMallocAsync" in str(e):
-                raise BackendError(f"{self.device}: the cudaMallocAsync allocator cannot record "
-                                   "allocation history; unset PYTORCH_CUDA_ALLOC_CONF="
-                                   "backend:cudaMallocAsync") from None
+                raise BackendError(
+                    f"{self.device}: the cudaMallocAsync allocator cannot record "
+                    "allocation history; unset PYTORCH_CUDA_ALLOC_CONF="
+                    "backend:cudaMallocAsync"
+                ) from None
             raise
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:

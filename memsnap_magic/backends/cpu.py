@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 import time
-from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
+from .live_tensors import live_storages
 
 if TYPE_CHECKING:
     from ..options import Options
@@ -31,82 +31,15 @@ if TYPE_CHECKING:
 # torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
 TESTED_TORCH = ("2.13",)
 
-_WALK_DEPTH = 4
-_WALK_LIMIT = 50_000  # objects visited per walk, so a huge namespace cannot stall a cell
-
-
-def live_storages(roots: Any, depth: int = _WALK_DEPTH) -> dict[int, int]:
-    """``{data_ptr: nbytes}`` of CPU tensor storages reachable from ``roots`` within ``depth`` hops."""
-    import torch
-
-    found: dict[int, int] = {}
-    seen: set[int] = set()
-    budget = [_WALK_LIMIT]
-    skip = (ModuleType, type, FunctionType, str, bytes, int, float, bool, type(None))
-
-    def add(t: torch.Tensor) -> None:
-        if t.device.type != "cpu" or t.layout != torch.strided:
-            return
-        try:
-            s = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
-        if s.nbytes():
-            found[s.data_ptr()] = s.nbytes()
-
-    def visit(obj: Any, level: int) -> None:
-        if isinstance(obj, skip) or id(obj) in seen or budget[0] <= 0:
-            return
-        seen.add(id(obj))
-        budget[0] -= 1
-        if isinstance(obj, torch.Tensor):
-            add(obj)
-            if obj.is_leaf and obj.grad is not None:
-                add(obj.grad)
-            return
-        if isinstance(obj, torch.nn.Module):
-            for t in obj.parameters():
-                visit(t, 0)
-            for t in obj.buffers():
-                visit(t, 0)
-            return
-        if isinstance(obj, torch.optim.Optimizer):
-            for state in obj.state.values():
-                visit(state, 1)
-            return
-        if level <= 0:
-            return
-        if isinstance(obj, dict):
-            for v in list(obj.values()):
-                visit(v, level - 1)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            for v in list(obj):
-                visit(v, level - 1)
-        else:
-            attrs = getattr(obj, "__dict__", None)
-            if isinstance(attrs, dict):
-                for v in list(attrs.values()):
-                    visit(v, level - 1)
-
-    if isinstance(roots, dict):
-        for name, value in list(roots.items()):
-            if not (isinstance(name, str) and name.startswith("_")):
-                visit(value, depth)
-    else:
-        visit(roots, depth)
-    return found
-
 
 class _Profiler:
     """The cheapest memory-only profiler session: user scope, no operator events."""
 
     def __init__(self) -> None:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
-        from torch._C._profiler import (ProfilerActivity, ProfilerConfig, ProfilerState,
-                                        RecordScope, _ExperimentalConfig)
+        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
 
-        self._config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False,
-                                      _ExperimentalConfig())
+        self._config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
         self._activities = {ProfilerActivity.CPU}
         self._scopes = {RecordScope.USER_SCOPE}
         self._warm = False
@@ -161,21 +94,32 @@ def _warn_if_untested() -> None:
 
     version = torch.__version__
     if not version.startswith(tuple(f"{v}." for v in TESTED_TORCH)):
-        STATE.warn_once("untested-torch", f"memsnap: the CPU route uses PyTorch's private profiler API and was "
-                        f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
-                        "figures look wrong, record on an accelerator or report it.")
+        STATE.warn_once(
+            "untested-torch",
+            f"memsnap: the CPU route uses PyTorch's private profiler API and was "
+            f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
+            "figures look wrong, record on an accelerator or report it.",
+        )
 
 
-def build_snapshot(events: list[tuple[int, int, int]], live_start: dict[int, int],
-                   live_end: dict[int, int], end_us: int, max_entries: int) -> dict[str, Any]:
+def build_snapshot(
+    events: list[tuple[int, int, int]],
+    live_start: dict[int, int],
+    live_end: dict[int, int],
+    end_us: int,
+    max_entries: int,
+) -> dict[str, Any]:
     """PyTorch-schema snapshot from raw allocator events plus the walked live storages."""
     seen_first: dict[int, str] = {}  # addr -> first action in the window
     for _, ptr, size in events:
         seen_first.setdefault(ptr, "alloc" if size > 0 else "free")
     # Baseline blocks freed without a report: their address was allocated anew inside the window,
     # or they are gone at the end and the window never mentions them.
-    silent = {p: n for p, n in live_start.items()
-              if seen_first.get(p) == "alloc" or (p not in seen_first and p not in live_end)}
+    silent = {
+        p: n
+        for p, n in live_start.items()
+        if seen_first.get(p) == "alloc" or (p not in seen_first and p not in live_end)
+    }
     trace: list[dict[str, Any]] = []
     live: dict[int, int] = {}
     for t_ns, ptr, size in events:
@@ -196,20 +140,33 @@ def build_snapshot(events: list[tuple[int, int, int]], live_start: dict[int, int
     for ptr, size in live_start.items():
         if ptr in live_end and ptr not in freed_in_trace and ptr not in blocks:
             blocks[ptr] = size
-    segments = [{"device": 0, "address": ptr, "total_size": size, "allocated_size": size,
-                 "active_size": size, "requested_size": size, "stream": 0,
-                 "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
-                 "frames": [],
-                 "blocks": [{"address": ptr, "size": size, "requested_size": size,
-                             "state": "active_allocated", "frames": []}]}
-                for ptr, size in sorted(blocks.items())]
-    return {"segments": segments, "device_traces": [trace[-max_entries:]],
-            "allocator_settings": {}}
+    segments = [
+        {
+            "device": 0,
+            "address": ptr,
+            "total_size": size,
+            "allocated_size": size,
+            "active_size": size,
+            "requested_size": size,
+            "stream": 0,
+            "segment_type": "large",
+            "segment_pool_id": (0, 0),
+            "is_expandable": False,
+            "frames": [],
+            "blocks": [
+                {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": []}
+            ],
+        }
+        for ptr, size in sorted(blocks.items())
+    ]
+    return {"segments": segments, "device_traces": [trace[-max_entries:]], "allocator_settings": {}}
 
 
 def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [{"action": a, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-            for a in ("free_requested", "free_completed")]
+    return [
+        {"action": a, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+        for a in ("free_requested", "free_completed")
+    ]
 
 
 class CpuBackend(Backend):
@@ -253,8 +210,10 @@ class CpuBackend(Backend):
             from torch._C._autograd import _profiler_enabled
 
             if _profiler_enabled():
-                raise BackendError("device=cpu: torch.profiler is already running; the CPU route "
-                                   "records through it, so stop that profiler first")
+                raise BackendError(
+                    "device=cpu: torch.profiler is already running; the CPU route "
+                    "records through it, so stop that profiler first"
+                )
         self._profiler.warm_up()
         if self.recording and not fresh:
             return
@@ -271,8 +230,7 @@ class CpuBackend(Backend):
         self._events += self._profiler.stop()
         self._profiler.start()
         live_end = live_storages(self._namespace) if self._namespace is not None else {}
-        return build_snapshot(self._events, self._live_start, live_end,
-                              time.time_ns() // 1000, self._max_entries)
+        return build_snapshot(self._events, self._live_start, live_end, time.time_ns() // 1000, self._max_entries)
 
     def end(self, *, keep: bool) -> None:
         if keep or not self.recording:

@@ -1,0 +1,95 @@
+"""The blocks alive at one event of an interval: what the dashboard's table and ``memsnap diff``
+list. Only the events of the largest sizes are paired by address, widening until enough blocks
+are found, since a block's alloc and free carry the same requested size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .analysis import Summary
+from .pairing import SPARSE, by_address, end_blocks, sorted_contains
+
+_LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
+
+
+def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[dict[str, Any]]:
+    """The largest blocks allocated after replayed event ``index`` (default: the peak).
+
+    Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
+    empty) and ``before`` (True when the block was already live when the window started).
+    With ``top``, only events of the largest sizes are paired by address, widening until
+    ``top`` blocks are found; ``top=0`` pairs them all.
+    """
+    if top < 0:
+        raise ValueError(f"top must be 0 (every block) or more, not {top}")
+    p = summary.peak_index if index is None else index
+    size = summary.events[1]
+    m = len(size)
+    look = top * _LOOK_PER_BLOCK
+    # pairing by size needs the end state's sizes to be the trace's (requested) ones
+    while top and look < m and summary.requested_sizes:
+        cut = np.partition(size, m - look)[m - look]  # the look-th largest size
+        sel = np.flatnonzero(size >= cut)
+        if len(sel) > len(summary.trace) // SPARSE:  # no cheaper than pairing every event
+            break
+        items = _alive_among(summary, p, sel, end_blocks(summary.segments, summary.device, cut), top)
+        if len(items) >= top:  # every block of size >= cut is here, and none smaller can rank
+            return items[:top]
+        look *= 8
+    items = _alive_among(summary, p, np.arange(m), summary.end, top)
+    return items[:top] if top else items
+
+
+def _alive_among(
+    summary: Summary, p: int, sel: np.ndarray, end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]], top: int
+) -> list[dict[str, Any]]:
+    """``alive_at`` over the events ``sel`` and the end-state blocks ``end`` only."""
+    sign, size, entry = summary.events
+    sign, size = sign[sel], size[sel]
+    order, a, first_sorted, last_sorted = by_address(summary.trace, entry, sel)
+    n = len(sel)
+    # event index of the next event at the same address (none: past every event)
+    following = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    has_next = np.flatnonzero(~last_sorted)
+    following[order[has_next]] = sel[order[has_next + 1]]
+    first = np.empty(n, dtype=bool)
+    first[order] = first_sorted
+    alive_new = (sign > 0) & (sel <= p) & (following > p)
+    alive_old = first & (sign < 0) & (sel > p)  # live before the window, freed after index p
+    chosen = np.flatnonzero(alive_new | alive_old)
+    if top:
+        chosen = chosen[np.argsort(-size[chosen], kind="stable")[:top]]
+    trace, addr = summary.trace, np.empty(n, dtype=np.uint64)
+    addr[order] = a
+    items = [
+        {
+            "size": int(size[i]),
+            "addr": int(addr[i]),
+            "before": bool(alive_old[i]),
+            "frames": [] if alive_old[i] else list(trace[entry[sel[i]]].get("frames", [])),
+        }
+        for i in chosen.tolist()
+    ]
+
+    # end-state blocks the trace never allocated (or freed and did not allocate again)
+    tail = order[last_sorted]
+    live_addr = a[last_sorted][sign[tail] > 0]  # ascending
+    end_addr, end_size, blocks = end
+    kept = np.flatnonzero(~sorted_contains(live_addr, end_addr))
+    kept = kept[np.argsort(-end_size[kept], kind="stable")]
+    if top:
+        kept = kept[:top]
+    items += [
+        {
+            "size": int(end_size[i]),
+            "addr": int(end_addr[i]),
+            "before": True,
+            "frames": list(blocks[i].get("frames", [])),
+        }
+        for i in kept.tolist()
+    ]
+    items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
+    return items

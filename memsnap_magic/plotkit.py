@@ -1,0 +1,171 @@
+"""The drawing kit the figures share: byte axes, step axes, bar series, figures drawn again.
+
+Figures are built with the object API (``Figure`` + Agg canvas), never through pyplot, so they
+are not registered globally: nothing leaks and the inline backend shows no duplicate figure.
+``reuse_figure`` hands back a figure drawn before, emptied of its data, so a dashboard refresh
+keeps the axes, their tick objects and the canvas (see ``canvas``: repeated text is rasterised
+once): that cut a refresh from ~0.45 s to ~0.2 s here.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, MaxNLocator
+from matplotlib.transforms import Bbox
+
+from .canvas import TextCacheCanvas
+from .text import fmt_bytes
+
+BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
+DPI = 80
+
+
+def byte_step(span: float, ticks: int = 5) -> float:
+    """A tick spacing of 1, 2 or 5 times a power of ten of a binary unit (KiB, MiB, ...)."""
+    unit = 1.0
+    while span / unit >= 1024 and unit < 1024.0**4:
+        unit *= 1024
+    raw = span / unit / ticks
+    mag = 10 ** np.floor(np.log10(raw)) if raw > 0 else 1.0
+    nice = next(m for m in (1, 2, 5, 10) if m * mag >= raw)
+    return float(nice * mag * unit)
+
+
+class ByteLocator(Locator):
+    """Ticks at round binary steps of the final view (1, 2 or 5 × 10ⁿ KiB/MiB/GiB)."""
+
+    def __call__(self) -> Sequence[float]:
+        lo, hi = self.axis.get_view_interval()
+        return self.tick_values(lo, hi)
+
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
+        step = byte_step(max(vmax - vmin, 1.0))
+        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)
+
+
+def byte_axis(ax: Any, from_zero: bool = True) -> None:
+    """Byte-formatted y axis with round binary ticks; ``from_zero``: the axis starts at 0 B."""
+    if from_zero:
+        ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(ByteLocator())
+    ax.yaxis.set_major_formatter(BYTES)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def legend_above(ax: Any) -> None:
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
+
+
+def figure_legend(fig: Figure, axes: Sequence[Any]) -> None:
+    """One legend for all panels (each legend costs ~30 ms to draw), under the title."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        fig.legend(
+            handles,
+            labels,
+            fontsize=9,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.96),
+            ncol=len(handles),
+            frameon=False,
+        )
+
+
+def reuse_figure(
+    fig: Figure | None, kind: str, height: float, layout: Callable[[Figure], list[Any]]
+) -> tuple[Figure, list[Any]]:
+    """``fig`` and its axes emptied of their data when ``kind`` drew it before, else a new figure
+    with the axes ``layout`` adds."""
+    if fig is not None and getattr(fig, "_memsnap_kind", None) == kind:
+        for ax in fig.axes:
+            for artist in (*ax.collections, *ax.lines, *ax.patches, *ax.texts):
+                artist.remove()
+            if ax.legend_ is not None:
+                ax.legend_.remove()
+            ax.dataLim.set_points(Bbox.null().get_points())  # as a new axes: no data yet
+            ax.ignore_existing_data_limits = True
+            ax.set_xlim(0, 1, auto=True)
+            ax.set_ylim(0, 1, auto=True)
+        fig.legends.clear()
+        return fig, fig.axes
+    fig = Figure(figsize=(9.5, height), dpi=DPI)
+    TextCacheCanvas(fig)
+    fig._memsnap_kind = kind  # type: ignore[attr-defined]
+    return fig, layout(fig)
+
+
+def panel_title(ax: Any, text: str, **kwargs: Any) -> None:
+    # an explicit y spares matplotlib re-measuring every tick label at each draw to place the title
+    ax.set_title(text, fontsize=10, loc="left", y=1.0, **kwargs)
+
+
+def step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
+    """Step labels at (at most ~``ticks``) integer positions: a tick object per label is slow."""
+    if len(labels) <= ticks + 4:
+        ax.xaxis.set_major_locator(FixedLocator(range(len(labels))))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=ticks, integer=True, min_n_ticks=1))
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(lambda v, _: labels[int(v)] if v == int(v) and 0 <= int(v) < len(labels) else "")
+    )
+    ax.set_xlim(-0.6, max(len(labels), 1) - 0.4)
+    ax.set_xlabel("step")
+
+
+def bars(
+    ax: Any,
+    x: Sequence[float],
+    height: Sequence[float],
+    bottom: Sequence[float] | float = 0,
+    *,
+    color: Any,
+    label: str = "",
+    width: float = 0.8,
+) -> PolyCollection:
+    """Vertical bars as one collection: hundreds of steps draw as fast as a few."""
+    x0 = np.asarray(x, dtype=float) - width / 2
+    lo = np.broadcast_to(np.asarray(bottom, dtype=float), x0.shape)
+    hi = lo + np.asarray(height, dtype=float)
+    verts = np.stack(
+        [np.stack([x0, lo], 1), np.stack([x0, hi], 1), np.stack([x0 + width, hi], 1), np.stack([x0 + width, lo], 1)], 1
+    )
+    bars = PolyCollection(verts, facecolors=color, edgecolors="none", label=label)
+    ax.add_collection(bars)
+    ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
+    ax.autoscale_view()
+    return bars
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})  # fast; small PNGs anyway
+    return buf.getvalue()
+
+
+def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "") -> None:
+    """Write the largest value above its bar (one per step, at x = its position), if above zero."""
+    if not len(values):
+        return
+    worst = max(range(len(values)), key=values.__getitem__)
+    if values[worst] > 0:
+        ax.annotate(
+            prefix + fmt_bytes(values[worst]),
+            (worst, values[worst]),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+            color=color,
+        )

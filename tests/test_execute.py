@@ -1,0 +1,34 @@
+"""How a ``%%memsnap`` body runs: IPython's own rules, on every IPython the package supports."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memsnap_magic.execute import ends_with_semicolon
+
+FRAGMENTS = ["x", ";", " ", "\n", "# c;\n", "f(", ")", "'a;'", "if x:\n    ", "y", "1", ",", "\\\n"]
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=8))
+def test_trailing_semicolon_rule_is_ipythons(parts):
+    from IPython.core.displayhook import DisplayHook
+
+    reference = getattr(DisplayHook, "semicolon_at_end_of_expression", None)
+    if reference is None:
+        pytest.skip("this IPython has no helper to compare with (it appeared in 8.10)")
+    code = "".join(parts)
+    try:
+        expected = bool(reference(code))
+    except Exception:  # IPython's helper raises on code that does not tokenize; ours says False
+        expected = False
+    assert ends_with_semicolon(code) is expected
+
+
+@pytest.mark.parametrize(
+    "code, quiet",
+    [("x;", True), ("x", False), ("x;  # c\n\n", True), ("'a;'", False), ("f(\n1);", True), ("if x:\n    y;\n", False)],
+)
+def test_trailing_semicolon_examples(code, quiet):
+    assert ends_with_semicolon(code) is quiet
