@@ -69,7 +69,7 @@ def _alive_among(
             "size": int(size[i]),
             "addr": int(addr[i]),
             "before": bool(alive_old[i]),
-            "frames": [] if alive_old[i] else list(trace[entry[sel[i]]].get("frames", [])),
+            "frames": [] if alive_old[i] else trace[entry[sel[i]]].get("frames") or [],
         }
         for i in chosen.tolist()
     ]
@@ -87,7 +87,7 @@ def _alive_among(
             "size": int(end_size[i]),
             "addr": int(end_addr[i]),
             "before": True,
-            "frames": list(blocks[i].get("frames", [])),
+            "frames": blocks[i].get("frames") or [],
         }
         for i in kept.tolist()
     ]

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .snapshot import SnapshotError
-from .text import fmt_bytes, interval_table
+from .text import clean, fmt_bytes, interval_table, one_line
 
 _RECORD_KEYS = (
     "step",
@@ -55,7 +56,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
     s = _session(args.paths)
     if args.json:
         records = [{k: rec[k] for k in _RECORD_KEYS} for rec in s.to_records()]
-        json.dump(records, sys.stdout, indent=1)
+        json.dump(records, sys.stdout, indent=1, allow_nan=False)  # strict JSON: every figure is an int
         print()
     else:
         print(interval_table(s.intervals))
@@ -85,7 +86,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
         figures.append(summary)
         sites.append(site_bytes(alive_at(summary, top=0)))
     a, b = figures
-    print(f"A: {args.a}\nB: {args.b}")
+    print(f"A: {clean(args.a)}\nB: {clean(args.b)}")
     for name in ("baseline_allocated", "peak_allocated", "peak_increase", "end_allocated"):
         va, vb = getattr(a, name), getattr(b, name)
         print(f"  {name:<20} {fmt_bytes(va):>12} -> {fmt_bytes(vb):>12}  ({fmt_bytes(vb - va, signed=True)})")
@@ -97,6 +98,13 @@ def cmd_diff(args: argparse.Namespace) -> None:
         print("  (none)")
     for site, delta in ranked:
         print(f"  {fmt_bytes(delta, signed=True):>12}  {site}")
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="what changed between two snapshots, and where")
     p.add_argument("a", help="the earlier snapshot")
     p.add_argument("b", help="the later snapshot")
-    p.add_argument("--top", type=int, default=10, help="how many allocation sites to list")
+    p.add_argument("--top", type=_count, default=10, help="how many allocation sites to list")
     p.set_defaults(run=cmd_diff)
     return parser
 
@@ -134,11 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `memsnap summarize ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except SnapshotError as e:
-        print(f"memsnap: {e}", file=sys.stderr)
+        print(f"memsnap: {one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"memsnap: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        print(f"memsnap: {one_line(f'{e.filename or args.command}: {e.strerror or e}')}", file=sys.stderr)
         return 2
     return 0
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import io
 import tokenize
 from typing import Any
+
+from IPython.core.error import UsageError
 
 
 class CellCode:
@@ -38,6 +41,12 @@ class CellCode:
             self._exec = shell.compile(ast.Module(body_nodes, []), self.filename, "exec") if body_nodes else None
             self._eval = shell.compile(ast.Expression(last.value), self.filename, "eval") if last is not None else None
         except SyntaxError as e:
+            if _awaits_at_top_level("\n" + transformed):
+                raise UsageError(
+                    "%%memsnap: this cell uses await at its top level, which a cell magic cannot run (it runs "
+                    "synchronously inside the kernel's event loop); record it from a plain cell instead: "
+                    "async with memsnap_magic.Recorder(step=N): await ..."
+                ) from None
             # IPython prints a plain SyntaxError's full call stack when it comes from running
             # code; a subclass goes through _render_traceback_ and reads like a cell's error.
             error = e if type(e) is not SyntaxError else _BodySyntaxError(*e.args)
@@ -58,6 +67,14 @@ class CellCode:
         except BaseException as e:
             _render_from_cell(self.shell, e, self.filename)
             raise
+
+
+def _awaits_at_top_level(source: str) -> bool:
+    try:
+        code = compile(source, "<memsnap-await>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError:
+        return False
+    return bool(code.co_flags & inspect.CO_COROUTINE)
 
 
 def ends_with_semicolon(code: str) -> bool:
@@ -135,5 +152,5 @@ class _CellTraceback:
 def _render_from_cell(shell: Any, exc: BaseException, filename: str) -> None:
     if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
         return  # the exception renders itself (ipyparallel's RemoteError, for one)
-    with contextlib.suppress(AttributeError, TypeError):
+    with contextlib.suppress(Exception):  # an exception that refuses attributes keeps its own traceback
         exc._render_traceback_ = _CellTraceback(shell, filename, exc)  # type: ignore[attr-defined]

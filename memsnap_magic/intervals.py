@@ -17,6 +17,7 @@ from typing import Any
 from .figures import Figures
 from .layout import Meta, PathInfo, find_snapshots, parse_path
 from .options import DEFAULTS
+from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
 
 
@@ -39,6 +40,7 @@ class Interval(Figures):
     file_bytes: int | None = None
     overflowed: bool = False
     context: str = DEFAULTS.context  # which events carried stacks when it was recorded
+    incomplete: str | None = None  # why the snapshot holds less than the interval did
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
@@ -83,6 +85,7 @@ def interval_from_snapshot(
         file_bytes=file_bytes,
         overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
         context=_first(meta.context, DEFAULTS.context),
+        incomplete=meta.incomplete,
         top_blocks=alive_at(summary),
         time_us=summary.times_at(keep),
         allocated=summary.allocated[keep],
@@ -104,8 +107,10 @@ def read_interval(path: Path, position: int) -> Interval:
     snap = load_snapshot(path)
     try:
         return interval_from_snapshot(snap, path, position=position, file_bytes=path.stat().st_size)
+    except SnapshotError as e:  # its memsnap block
+        raise SnapshotError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, OverflowError) as e:
-        raise SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {e}") from None
+        raise SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}") from None
 
 
 def read_intervals(paths: Iterable[str | os.PathLike[str]], progress: bool = False) -> Iterator[Interval]:

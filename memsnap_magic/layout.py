@@ -1,31 +1,43 @@
 """The on-disk format's one home: verl's folder layout and the ``memsnap`` block in each file.
 
-Snapshots go to ``<out>/step<N>/<tag>_rank<R>_pid<P>.pickle``, verl's layout, so verl's folders
-and ours read alike. Each of our files also carries a ``memsnap`` dict (``Meta``) saying which
-step, rank and device it holds; files without one (verl's, torchtitan's) are named by their path.
+Snapshots go to ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle``: verl's layout, with a token
+fixed for the life of the process after the pid, so two processes with the same pid (containers
+with their own PID namespace) never write the same file, and a re-run step still replaces its own.
+Each of our files also carries a ``memsnap`` dict (``Meta``) saying which step, rank and device it
+holds; files without one (verl's, torchtitan's) are named by their path.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .snapshot import SnapshotError
+from .schema import SnapshotError, excerpt
 
 SUFFIXES = (".pickle", ".pkl")
 META_KEY = "memsnap"
-_STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"rank(\d+)")
-_TAG = re.compile(r"^(.+)_rank\d+")
+TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"  # a file name's start: never hidden, never ".."
+MAX_STEP = 1 << 31  # steps, ranks and pids beyond this are corruption
+_STEP = re.compile(r"^step(\d{1,9})$")
+_RANK = re.compile(r"rank(\d{1,9})")
+_TAG = re.compile(rf"^({TAG_PATTERN})_rank\d+")
 
 
-def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int, pid: int | None = None) -> Path:
-    """Where a step's snapshot goes: ``<out>/step<N>/<tag>_rank<R>_pid<P>.pickle``."""
-    return Path(out) / f"step{step}" / f"{tag}_rank{rank}_pid{os.getpid() if pid is None else pid}.pickle"
+@functools.lru_cache(maxsize=1)
+def process_token() -> str:
+    """Six hex digits drawn once per process: with the pid, what makes our file names ours."""
+    return secrets.token_hex(3)
+
+
+def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int) -> Path:
+    """Where a step's snapshot goes: ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle``."""
+    return Path(out) / f"step{step}" / f"{tag}_rank{rank}_pid{os.getpid()}-{process_token()}.pickle"
 
 
 @dataclass(frozen=True)
@@ -51,8 +63,9 @@ def parse_path(path: str | os.PathLike[str]) -> PathInfo:
 class Meta:
     """The ``memsnap`` block of a snapshot: what the recorder knew when it wrote the file.
 
-    Read from any file, so every field may be missing (None); ``from_snapshot`` keeps only
-    values of the right type and range.
+    Files without one give every field as missing (None). A block that is there is ours, so a
+    value of the wrong type or range is a broken file (``SnapshotError``), never a session that
+    later fails on a step number of 5,000 digits.
     """
 
     step: int | None = None
@@ -66,6 +79,7 @@ class Meta:
     allocator_peak_allocated: int | None = None
     context: str | None = None  # which events carry stacks; "none" where the recorder keeps none
     max_entries: int | None = None  # the trace ring's size
+    incomplete: str | None = None  # why the snapshot holds less than the interval did
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,33 +87,65 @@ class Meta:
     @classmethod
     def from_snapshot(cls, snap: dict[str, Any]) -> Meta:
         raw = snap.get(META_KEY)
-        if not isinstance(raw, dict):
+        if raw is None:
             return cls()
-        return cls(
-            step=_count(raw.get("step")),
-            rank=_count(raw.get("rank")),
-            device=_text(raw.get("device")),
-            tag=_text(raw.get("tag")),
-            pid=_count(raw.get("pid")),
-            end_us=_count(raw.get("end_us")),
-            error=_text(raw.get("error")),
-            clear=raw.get("clear") is not False,
-            allocator_peak_allocated=_count(raw.get("allocator_peak_allocated")),
-            context=_text(raw.get("context")),
-            max_entries=_count(raw.get("max_entries")),
-        )
+        if type(raw) is not dict:
+            raise SnapshotError(f"its {META_KEY!r} block is {type(raw).__name__}, expected dict")
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = raw.get(f.name)
+            if value is None:
+                continue
+            check = _RULES[f.name]
+            if not check(value):
+                raise SnapshotError(f"its {META_KEY}.{f.name} is not {check.__doc__}: {excerpt(value)}")
+            values[f.name] = value
+        return cls(**values)
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+def _count(high: int) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        return type(value) is int and 0 <= value < high
+
+    check.__doc__ = f"an int of 0..{high - 1:,}"
+    return check
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _name(pattern: str, what: str) -> Callable[[Any], bool]:
+    match = re.compile(pattern).fullmatch
+
+    def check(value: Any) -> bool:
+        return type(value) is str and match(value) is not None
+
+    check.__doc__ = what
+    return check
+
+
+def _boolean(value: Any) -> bool:
+    """true or false"""
+    return type(value) is bool
+
+
+_RULES: dict[str, Callable[[Any], bool]] = {
+    "step": _count(MAX_STEP),
+    "rank": _count(MAX_STEP),
+    "device": _name(r"[A-Za-z0-9_.-]{1,32}(:[0-9]{1,9})?", "a device name (cuda:0)"),
+    "tag": _name(TAG_PATTERN, "a tag of letters, digits, _ . -"),
+    "pid": _count(MAX_STEP),
+    "end_us": _count(1 << 63),
+    "error": _name(r"[A-Za-z_][A-Za-z0-9_.]{0,99}", "an exception's name"),
+    "clear": _boolean,
+    "allocator_peak_allocated": _count(1 << 61),
+    "context": _name(r"[a-z]{1,16}", "a context name (all, alloc, state, none)"),
+    "max_entries": _count(MAX_STEP),
+    "incomplete": _name(r"[ -~]{1,300}", "a short printable note"),
+}
 
 
 def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Files as given, folders searched recursively for ``*.pickle``/``*.pkl``, in natural order."""
+    """Files as given, folders searched recursively for ``*.pickle``/``*.pkl``, in natural order.
+
+    Inside folders, hidden names (``.name``: half-written temporaries among them) are skipped."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)

@@ -44,7 +44,7 @@ class MemsnapMagics(Magics):
 
         Recording starts with a fresh history, the cell runs exactly as without the magic (same
         namespace, same exceptions and traceback), then the snapshot is written to
-        ``<out>/step<N>/<tag>_rank<R>_pid<P>.pickle`` (open it at pytorch.org/memory_viz), the
+        ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle`` (open it at pytorch.org/memory_viz), the
         history is cleared and recording stops. The snapshot is written even when the cell
         raises or is interrupted. A one-line summary follows: peak, increase over the start,
         what the step kept, the change against the previous step, the file.
@@ -119,21 +119,25 @@ class MemsnapMagics(Magics):
 
         from .intervals import read_intervals
         from .snapshot import SnapshotError
-        from .text import loaded_line
+        from .text import loaded_line, one_line
 
         try:
             paths = shlex.split(rest)
             if not paths:
                 raise UsageError("%memsnap load: give one or more snapshot files or folders")
-            loaded = [STATE.session.add(iv) for iv in read_intervals(paths)]
+            loaded = list(read_intervals(paths))  # every file first: a bad one leaves the session as it was
         except (SnapshotError, ValueError) as e:
-            raise UsageError(f"%memsnap load: {e}") from None
+            raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
+        for iv in loaded:
+            STATE.session.add(iv)
         print(loaded_line(loaded))
 
     def _config(self, rest: str) -> None:
         defaults = STATE.session.defaults
         if rest.strip():
-            defaults.update(_parse(options.parse_given, rest, prog="%memsnap config"))
+            new = _parse(options.parse_config, rest, defaults)
+            defaults.clear()
+            defaults.update(new)
         shown = {key: defaults.get(key, opt.default) for key, opt in options.OPTIONS.items()}
         print("memsnap defaults: " + " ".join(f"{k}={v}" for k, v in shown.items() if v is not None))
 
@@ -161,7 +165,9 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "show": Command(MemsnapMagics._show, "show", "dashboard: per-step vs cumulative peaks, step detail"),
     "load": Command(MemsnapMagics._load, "load PATH ...", "bring existing dumps (files or folders, verl's layout) in"),
-    "config": Command(MemsnapMagics._config, "config key=value ...", "session defaults for the options below"),
+    "config": Command(
+        MemsnapMagics._config, "config key=value ...", "session defaults for the options below (key= unsets one)"
+    ),
     "list": Command(MemsnapMagics._list, "list", "table of the recorded intervals"),
     "reset": Command(MemsnapMagics._reset, "reset", "forget the intervals (files stay)"),
     "off": Command(MemsnapMagics._off, "off", "stop any recording left on by clear=false"),

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .schema import excerpt
 from .values import Boolean, Choice, Device, Folder, Integer, Steps, Tag, Value
 
 
@@ -48,7 +49,7 @@ class Options:
     out: str = _option(
         "memsnap",
         Folder(),
-        "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>.pickle (verl's "
+        "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle (verl's "
         "layout). Relative to the current directory.",
         "out=runs/memory",
     )
@@ -121,8 +122,18 @@ def from_keywords(prog: str = "Recorder", **values: Any) -> Options:
     return _checked(replace(DEFAULTS, **given), prog)
 
 
-def parse_given(line: str, prog: str = "%%memsnap") -> dict[str, Any]:
-    """Only the options written in ``line``, converted and checked."""
+def parse_config(line: str, current: Mapping[str, Any], prog: str = "%memsnap config") -> dict[str, Any]:
+    """The session defaults after ``%memsnap config line``: ``key=value`` sets, ``key=`` unsets.
+    The result must make a valid line on its own (no step= with steps=, say)."""
+    given = parse_given(line, prog, unset=True)
+    merged = {k: v for k, v in {**current, **given}.items() if v is not None}
+    _checked(replace(DEFAULTS, **merged), prog)
+    return merged
+
+
+def parse_given(line: str, prog: str = "%%memsnap", unset: bool = False) -> dict[str, Any]:
+    """Only the options written in ``line``, converted and checked; with ``unset``, ``key=``
+    gives None (the table's default)."""
     values: dict[str, Any] = {}
     keys = ", ".join(OPTIONS)
     try:
@@ -137,8 +148,8 @@ def parse_given(line: str, prog: str = "%%memsnap") -> dict[str, Any]:
             raise OptionError(f"{prog}: unknown option {key!r} (keys: {keys})")
         if key in values:
             raise OptionError(f"{prog}: {key}= given twice")
-        values[key] = _convert(key, raw, OPTIONS[key].kind.parse, prog)
-    if "step" in values and "steps" in values:
+        values[key] = None if unset and not raw else _convert(key, raw, OPTIONS[key].kind.parse, prog)
+    if values.get("step") is not None and values.get("steps") is not None:
         raise OptionError(f"{prog}: give step= or steps=, not both")
     return values
 
@@ -147,14 +158,16 @@ def _convert(key: str, raw: Any, convert: Any, prog: str) -> Any:
     try:
         return convert(raw)
     except ValueError as e:
-        shown = repr(raw) if isinstance(raw, str) else f"{type(raw).__name__} {raw!r}"[:80]
+        shown = excerpt(raw) if isinstance(raw, str) else f"{type(raw).__name__} {excerpt(raw)}"
         raise OptionError(f"{prog}: bad value for {key}=: {shown} ({e}; allowed: {OPTIONS[key].allowed})") from None
 
 
 def _checked(options: Options, prog: str) -> Options:
     """Rules between options, over the merged values (a session default counts too)."""
     if options.step is not None and options.steps is not None:
-        raise OptionError(f"{prog}: give step= or steps=, not both (one may be a %memsnap config default)")
+        raise OptionError(
+            f"{prog}: give step= or steps=, not both (one may be a %memsnap config default; unset it with key=)"
+        )
     if options.steps is not None and not options.clear:
         raise OptionError(
             f"{prog}: steps= starts every listed step from a fresh history, so it "

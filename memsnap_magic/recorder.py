@@ -35,6 +35,11 @@ def mark(step: int) -> None:
         STATE.active[-1].mark_step(int(step))
 
 
+def describe_recorder(recorder: Any) -> str:
+    steps = getattr(recorder, "steps", None)
+    return f"steps={','.join(map(str, steps))}" if steps else f"step {getattr(recorder, '_current', '?')}"
+
+
 def resolve_rank(explicit: int | None = None) -> int:
     """Explicit ``rank=``, else ``$RANK`` (torchrun, verl), else torch.distributed's rank, else
     the ipyparallel engine id when running on an engine, else 0."""
@@ -91,11 +96,25 @@ class Recorder:
         self._rank = 0
 
     def start(self) -> Recorder:
-        """Resolve the device and start recording; ``BackendError`` when it cannot record here."""
+        """Resolve the device and start recording; ``BackendError`` when it cannot record here.
+
+        Inside a block that already records the same device (a ``Recorder`` in a ``%%memsnap``
+        cell, a nested cell) this one records nothing and says so once: one history per device.
+        """
         from . import backends
 
         o = self.options
-        self._backend = backend = backends.get_backend(backends.resolve_device(o.device), o)
+        backend = backends.get_backend(backends.resolve_device(o.device), o)
+        outer = next((r for r in STATE.active if getattr(r, "_backend", None) is backend), None)
+        if outer is not None:
+            warnings.warn(
+                f"memsnap: {backend.device} is already recorded by an enclosing block "
+                f"({describe_recorder(outer)}); this one runs unrecorded inside it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return self
+        self._backend = backend
         self._rank = resolve_rank(o.rank)
         if self.steps is None:  # the one place a step number is picked
             self._current = o.step if o.step is not None else self.session.next_step()
@@ -106,15 +125,29 @@ class Recorder:
         return self
 
     def stop(self, error: BaseException | None = None) -> None:
-        """Take, write and summarise the snapshot of the current interval; stop recording."""
+        """Take, write and summarise the snapshot of the current interval; stop recording.
+
+        Never raises: a failure of ours is one warning, and a KeyboardInterrupt while the
+        snapshot is taken or written stops that and leaves recording off (the cell's own outcome
+        stands)."""
         if self in STATE.active:
             STATE.active.remove(self)
-        keep = not self.options.clear
-        if self._current is not None:
-            self._finish(self._current, error, keep=keep, cleared=not keep)
-            self._current = None
-        if not keep and self._backend is not None and self._backend.recording:
-            self._quietly(self._backend.end, keep=False)
+        keep, step = not self.options.clear, self._current
+        try:
+            if step is not None:
+                self._current = None
+                self._finish(step, error, keep=keep, cleared=not keep)
+        except KeyboardInterrupt:
+            keep = False
+            warnings.warn(
+                f"memsnap: interrupted while taking or writing the snapshot of step {step}; "
+                "nothing was written and recording is off",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        finally:
+            if not keep and self._backend is not None and self._backend.recording:
+                self._quietly(self._backend.end, keep=False)
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -123,12 +156,21 @@ class Recorder:
         self.stop(exc)
         return False
 
+    async def __aenter__(self) -> Recorder:
+        """``async with Recorder(step=N): await ...``: what a ``%%memsnap`` cell cannot await."""
+        return self.start()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.stop(exc)
+        return False
+
     def mark_step(self, step: int) -> None:
         """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
-        assert self.steps is not None and self._backend is not None
+        if self.steps is None or self._backend is None:
+            return
         listed = step in self.steps
-        if self._current is not None:  # on for a listed step: its begin(fresh=True) clears
-            self._finish(self._current, None, keep=listed, cleared=True)
+        if self._current is not None:  # on for a listed step whose begin(fresh=True) clears in place
+            self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
             self._current = None
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
             self._quietly(self._backend.begin, fresh=True, namespace=self.namespace)
@@ -155,6 +197,14 @@ class Recorder:
 
         backend, o = self._backend, self.options
         assert backend is not None
+        if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
+            warnings.warn(
+                f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
+                "(%memsnap off?); nothing was written",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
         end_us = time.time_ns() // 1000
         snap = self._quietly(backend.snapshot)
         allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
@@ -173,6 +223,7 @@ class Recorder:
             allocator_peak_allocated=allocator_peak,
             context=o.context if backend.records_stacks else "none",
             max_entries=o.max_entries,
+            incomplete=backend.incomplete,
         )
         snap[META_KEY] = meta.to_dict()
         path: Path | None = snapshot_path(o.out, step, o.tag, self._rank)

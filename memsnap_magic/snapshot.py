@@ -1,141 +1,90 @@
-"""Snapshot files: safe loading, atomic writing, schema checks.
+"""Snapshot files: safe loading, atomic writing.
 
 Snapshots are plain dicts of builtins (PyTorch's ``_snapshot()`` schema). Files may come from
-other people's runs, so loading refuses every pickle global: nothing in a file can run code.
+other people's runs, so loading refuses every pickle global (nothing in a file can run code),
+refuses what is not a regular file or is larger than a limit before reading it, and checks the
+schema (``schema``) in time bounded by the file's size. Only ``SnapshotError`` leaves
+``load_snapshot``, with a one-line message that quotes the file only in short excerpts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import os
 import pickle
+import stat
 import tempfile
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+from .schema import SnapshotError, excerpt, validate
+
+__all__ = ["MAX_FILE_BYTES", "PROTOCOL", "SnapshotError", "dump_snapshot", "load_snapshot", "max_file_bytes"]
+
 PROTOCOL = 4  # memory_viz's JavaScript unpickler reads protocols 2-4 only
-_MAX_BYTES = 1 << 62  # sizes beyond any real machine are corruption, not memory
+MAX_FILE_BYTES = 4 << 30  # the default limit: verl dumps are often 100-500 MB; 4 GiB unpickle to ~20 GB
+ENTRIES_PER_BYTE = 1  # what a file may stand for: trace entries, segments and blocks per byte
 
 
-class SnapshotError(ValueError):
-    """A snapshot file is unsafe, unreadable or not in PyTorch's snapshot schema."""
+def max_file_bytes() -> int:
+    """The largest file ``load_snapshot`` reads: ``$MEMSNAP_MAX_FILE_BYTES`` if set, else 4 GiB."""
+    raw = os.environ.get("MEMSNAP_MAX_FILE_BYTES", "")
+    return int(raw) if raw.isdigit() else MAX_FILE_BYTES
 
 
 class _NoGlobals(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused pickle global {module}.{name} (snapshots hold builtins only)")
+        raise pickle.UnpicklingError(
+            f"refused pickle global {excerpt(module, 60)[1:-1]}.{excerpt(name, 60)[1:-1]} "
+            "(snapshots hold builtins only)"
+        )
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a snapshot without executing anything from it; ``SnapshotError`` names what is wrong."""
+def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> dict[str, Any]:
+    """Read a snapshot without executing anything from it; ``SnapshotError`` names what is wrong.
+
+    ``max_bytes``: refuse larger files before reading them (default ``max_file_bytes()``).
+    """
     path = Path(path)
+    limit = max_file_bytes() if max_bytes is None else max_bytes
     try:
-        data = path.read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise SnapshotError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not data:
-        raise SnapshotError(f"{path}: empty file")
+    with os.fdopen(fd, "rb", buffering=1 << 16) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SnapshotError(f"{path}: not a regular file (a device, pipe or socket is never read)")
+        if st.st_size == 0:
+            raise SnapshotError(f"{path}: empty file")
+        if st.st_size > limit:
+            raise SnapshotError(
+                f"{path}: {st.st_size:,} bytes, over the {limit:,}-byte limit (raise it with "
+                "$MEMSNAP_MAX_FILE_BYTES or load_snapshot(..., max_bytes=))"
+            )
+        try:
+            snap = _NoGlobals(f).load()
+        except pickle.UnpicklingError as e:
+            raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
+        except Exception as e:  # truncated, corrupt, deeply nested, too large for memory...
+            raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {_one_line(e)})") from None
     try:
-        snap = _NoGlobals(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as e:
-        raise SnapshotError(f"{path}: not a safe snapshot pickle: {e}") from None
-    except (
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        OverflowError,
-        MemoryError,
-        RecursionError,
-        UnicodeDecodeError,
-    ) as e:
-        raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {e})") from None
-    try:
-        validate(snap)
+        validate(snap, budget=max(st.st_size * ENTRIES_PER_BYTE, 1 << 16))
     except SnapshotError as e:
         raise SnapshotError(f"{path}: {e}") from None
+    except Exception as e:  # a check that could not run is a file we cannot vouch for
+        raise SnapshotError(f"{path}: cannot be checked ({type(e).__name__}: {_one_line(e)})") from None
     return snap
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int
-
-
-def validate(snap: Any) -> None:
-    """Check the fields analysis relies on; unknown extra fields and actions are tolerated."""
-    if not isinstance(snap, dict):
-        raise SnapshotError(f"top level is {type(snap).__name__}, expected dict")
-    for key in ("segments", "device_traces"):
-        if key not in snap:
-            raise SnapshotError(f"missing key {key!r}")
-        if not isinstance(snap[key], list):
-            raise SnapshotError(f"{key!r} is {type(snap[key]).__name__}, expected list")
-    for d, trace in enumerate(snap["device_traces"]):
-        if not isinstance(trace, list):
-            raise SnapshotError(f"device_traces[{d}] is {type(trace).__name__}, expected list")
-        bad = _first_bad_entry(trace)
-        if bad is not None:
-            raise SnapshotError(
-                f"device_traces[{d}][{bad}] is not a trace entry with str action, "
-                f"int addr and int size >= 0: {_short(trace[bad])}"
-            )
-    for s, seg in enumerate(snap["segments"]):
-        if not (
-            isinstance(seg, dict)
-            and _is_int(seg.get("device"))
-            and _is_int(seg.get("address"))
-            and isinstance(seg.get("blocks"), list)
-        ):
-            raise SnapshotError(f"segments[{s}] lacks int device, int address or a blocks list")
-        for b, block in enumerate(seg["blocks"]):
-            if not (
-                isinstance(block, dict)
-                and _is_int(block.get("size"))
-                and 0 <= block["size"] < _MAX_BYTES
-                and type(block.get("state")) is str
-                and _is_int(block.get("requested_size", 0))
-            ):
-                raise SnapshotError(f"segments[{s}].blocks[{b}] lacks int size >= 0 or str state: {_short(block)}")
-
-
-def _entry_ok(e: Any) -> bool:
-    return (
-        isinstance(e, dict)
-        and type(e.get("action")) is str
-        and _is_int(e.get("addr", 0))
-        and _is_int(e.get("size"))
-        and 0 <= e["size"] < _MAX_BYTES
-    )
-
-
-def _first_bad_entry(trace: list[Any]) -> int | None:
-    """Index of the first malformed entry, or None. Checks whole columns at C speed first,
-    since snapshots reach millions of entries; walks entry by entry only to name a bad one."""
-    n = len(trace)
-    if all(map(isinstance, trace, repeat(dict, n))):
-        kinds = (
-            set(map(type, map(dict.get, trace, repeat("action", n)))),
-            set(map(type, map(dict.get, trace, repeat("addr", n), repeat(0, n)))),
-            set(map(type, sizes := list(map(dict.get, trace, repeat("size", n))))),
-        )
-        if (
-            kinds[0] <= {str}
-            and kinds[1] <= {int}
-            and kinds[2] <= {int}
-            and (not sizes or (min(sizes) >= 0 and max(sizes) < _MAX_BYTES))
-        ):
-            return None
-    return next(i for i, e in enumerate(trace) if not _entry_ok(e))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+def _one_line(e: BaseException, limit: int = 200) -> str:
+    try:
+        text = " ".join(str(e).split())
+    except Exception:
+        text = type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -19,6 +19,20 @@ if TYPE_CHECKING:
     from .intervals import Interval
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)], "?")
+
+
+def clean(text: str, limit: int = 300) -> str:
+    """Text a file supplied (a path, a frame's name), safe to print: no control characters or
+    escape sequences, at most ``limit`` characters."""
+    text = str(text).translate(_CONTROLS)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A message on one line (its line breaks become spaces), cleaned."""
+    return clean(" ".join(str(text).split()), limit)
 
 
 def fmt_bytes(n: int | None, signed: bool = False) -> str:
@@ -57,7 +71,9 @@ def describe(iv: Interval, previous: Interval | None) -> str:
     parts.append(entries)
     if iv.error:
         parts.append(f"cell raised {iv.error}")
-    parts.append(f"-> {iv.path}" if iv.path is not None else "-> not written")
+    if iv.incomplete:
+        parts.append(f"incomplete: {iv.incomplete}")
+    parts.append(f"-> {clean(str(iv.path))}" if iv.path is not None else "-> not written")
     return " · ".join(parts)
 
 
@@ -94,7 +110,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
                 f"{iv.trace_entries:,}",
                 f"{iv.cumulative_trace_entries:,}",
                 iv.error or "",
-                str(iv.path) if iv.path else "(not written)",
+                clean(str(iv.path)) if iv.path else "(not written)",
             )
         )
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
@@ -142,7 +158,7 @@ def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
     outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(str(f.get("filename", "")))), len(frames))
     frames = frames[:outer]
     ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    return [f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})" for f in ordered[:limit]]
+    return [clean(f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})") for f in ordered[:limit]]
 
 
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
@@ -159,7 +175,7 @@ def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
 
 def site(block: dict[str, Any]) -> str:
     """Where a block was allocated: its first readable frame, or why it has none."""
-    lines = frame_lines(block.get("frames", []), limit=1)
+    lines = frame_lines(block.get("frames") or [], limit=1)
     if lines:
         return lines[0]
     return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
@@ -168,8 +184,12 @@ def site(block: dict[str, Any]) -> str:
 def site_bytes(blocks: Iterable[dict[str, Any]]) -> dict[str, int]:
     """Bytes per allocation site (the first frame, notebook cells first)."""
     sites: dict[str, int] = defaultdict(int)
+    named: dict[tuple[int, bool], str] = {}  # real files share one frame list among many blocks
     for b in blocks:
-        sites[site(b)] += b["size"]
+        key = (id(b.get("frames")), bool(b.get("before")))
+        if key not in named:
+            named[key] = site(b)
+        sites[named[key]] += b["size"]
     return dict(sites)
 
 
@@ -177,7 +197,7 @@ def blocks_table(iv: Interval) -> str:
     """HTML: the largest blocks alive at the peak, since when, and who allocated them."""
     rows, reasons = [], []
     for b in iv.top_blocks:
-        frames = frame_lines(b.get("frames", []))
+        frames = frame_lines(b.get("frames") or [])
         if frames:
             text = "<br>".join(html.escape(line) for line in frames)
         else:  # say why once, below the table, instead of on every row

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from .backends.registry import KINDS
+from .layout import TAG_PATTERN
 
 
 class Value:
@@ -140,11 +141,13 @@ class Device(Value):
 
 
 class Tag(Value):
-    _allowed, _metavar = "letters, digits, _ . -", "NAME"
+    _allowed, _metavar = "letters, digits, _ . - (not first: . -), at most 100", "NAME"
 
     def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9_.-]+$", value):
-            raise ValueError("only letters, digits, '_', '.', '-' (it becomes part of a file name)")
+        if not isinstance(value, str) or not re.fullmatch(TAG_PATTERN, value):
+            raise ValueError(
+                "only letters, digits, '_', '.', '-', not starting with '.' or '-' (it begins a file name)"
+            )
         return value
 
 

@@ -12,7 +12,10 @@ import time
 import warnings
 from pathlib import Path
 
+import pytest
+
 from memsnap_magic import load_snapshot, session
+from memsnap_magic.snapshot import dump_snapshot
 from memsnap_magic.state import STATE
 
 
@@ -91,7 +94,7 @@ def test_two_kernels_writing_to_one_folder_keep_both_files(tmp_path):
     ]
     pids = sorted(int(p.communicate()[0].strip().splitlines()[-1]) for p in procs)
     files = sorted((tmp_path / "memsnap" / "step1").glob("*.pickle"))
-    assert [f.name for f in files] == sorted(f"torch_memory_rank0_pid{pid}.pickle" for pid in pids)
+    assert sorted(f.name.split("-")[0] for f in files) == [f"torch_memory_rank0_pid{pid}" for pid in pids]
     assert all(load_snapshot(f)["memsnap"]["pid"] in pids for f in files)
 
 
@@ -154,3 +157,207 @@ def test_a_dashboard_that_fails_to_redraw_does_not_fail_the_cell(shell, monkeypa
     assert any("no fonts today" in str(w.message) for w in caught)
     assert len(session().intervals) == 1
     dash.close()
+
+
+# --- recording left on, nested, stopped or interrupted inside the cell -------------------------
+
+
+def profiler_on() -> bool:
+    from torch._C._autograd import _profiler_enabled
+
+    return _profiler_enabled()
+
+
+def ours(caught) -> list[str]:
+    return [str(w.message) for w in caught if "memsnap" in str(w.message)]
+
+
+INSIDE = {
+    "%memsnap off": "get_ipython().run_line_magic('memsnap', 'off')",
+    "%reload_ext": "get_ipython().run_line_magic('reload_ext', 'memsnap_magic')",
+    "nested %%memsnap": "get_ipython().run_cell_magic('memsnap', 'device=cpu', 'inner = torch.ones(50)')",
+    "Recorder": "from memsnap_magic import Recorder\nwith Recorder(device='cpu', out='elsewhere'):\n"
+    "    inner = torch.ones(50)",
+}
+
+
+@pytest.mark.parametrize("inside", INSIDE, ids=list(INSIDE))
+def test_nothing_is_left_recording_whatever_runs_inside_the_cell(shell, inside):
+    shell.run_cell("import torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell(f"%%memsnap step=1 device=cpu\nx = torch.ones(100)\n{INSIDE[inside]}\nvalue = 7\nvalue")
+    assert res.success and res.result == 7
+    assert len(ours(caught)) <= 1  # the one line that says what happened, if anything did
+    assert STATE.recording_devices() == [] and not profiler_on()
+    res = shell.run_cell("%%memsnap step=2 device=cpu\ny = torch.empty(2**20, dtype=torch.uint8)")
+    assert res.success and STATE.recording_devices() == [] and not profiler_on()
+    two = next(iv for iv in session().intervals if iv.step == 2)
+    assert two.peak_increase == 1 << 20 and not Path("elsewhere").exists()
+
+
+def test_off_stops_a_clear_false_recording_for_real(shell):
+    shell.run_cell("import torch")
+    shell.run_cell("%%memsnap step=1 device=cpu clear=false\nx = torch.ones(10)")
+    assert profiler_on()
+    shell.run_line_magic("memsnap", "off")
+    assert not profiler_on() and STATE.recording_devices() == []
+
+
+def test_a_second_interrupt_while_dumping_keeps_the_cells_outcome(shell, monkeypatch):
+    import memsnap_magic.recorder as recorder_module
+    import memsnap_magic.snapshot as snapshot_module
+
+    real = snapshot_module.dump_snapshot
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the user's second Ctrl-C, while we write
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_module, "dump_snapshot", interrupted)
+    shell.run_cell("import torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell("%%memsnap step=1 device=cpu\nx = torch.ones(1000)\n6 * 7")
+    assert res.success and res.result == 42
+    assert any("interrupted while taking or writing the snapshot of step 1" in m for m in ours(caught))
+    assert not list(Path(".").rglob("*.pickle*")) and not profiler_on()
+    assert shell.run_cell("%%memsnap step=2 device=cpu\ny = torch.empty(2**20, dtype=torch.uint8)").success
+    (two,) = [iv for iv in session().intervals if iv.step == 2]
+    sizes = [e["size"] for e in load_snapshot(two.path)["device_traces"][0] if e["action"] == "alloc"]
+    assert sizes == [1 << 20]  # nothing of the interrupted step's events
+    assert recorder_module.STATE.recording_devices() == []
+
+
+def test_await_in_a_cell_says_how_to_record_it(shell):
+    from IPython.core.error import UsageError
+
+    shell.run_cell("import asyncio, torch")
+    res = shell.run_cell("%%memsnap\nawait asyncio.sleep(0)\nran = True")
+    assert isinstance(res.error_in_exec, UsageError) and "async with memsnap_magic.Recorder" in str(res.error_in_exec)
+    assert "ran" not in shell.user_ns and session().intervals == [] and not profiler_on()
+    res = shell.run_cell(
+        "from memsnap_magic import Recorder\n"
+        "async with Recorder(step=4, device='cpu'):\n"
+        "    await asyncio.sleep(0)\n"
+        "    t = torch.empty(2**20, dtype=torch.uint8)\n"
+    )
+    assert res.success
+    (iv,) = session().intervals
+    assert iv.step == 4 and iv.peak_increase == 1 << 20
+
+
+def test_config_defaults_can_be_unset_and_conflicts_are_usage_errors(shell):
+    from IPython.core.error import UsageError
+
+    shell.run_line_magic("memsnap", "config steps=1,2 tag=fwd")
+    with pytest.raises(UsageError, match="not both"):
+        shell.run_cell_magic("memsnap", "step=5", "ran = 1")
+    with pytest.raises(UsageError, match="not both"):
+        shell.run_line_magic("memsnap", "config step=3")
+    assert session().defaults == {"steps": (1, 2), "tag": "fwd"}  # a refused config changes nothing
+    shell.run_line_magic("memsnap", "config steps=")
+    assert session().defaults == {"tag": "fwd"}
+    assert shell.run_cell("%%memsnap step=5\nran = 1").success
+    assert session().last.step == 5 and session().last.tag == "fwd"
+
+
+def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell):
+    res = shell.run_cell(
+        "class Sticky(Exception):\n"
+        "    def __setattr__(self, name, value):\n"
+        "        raise RuntimeError('no attributes here')\n"
+        "def boom():\n"
+        "    raise Sticky('mine')\n"
+    )
+    res = shell.run_cell("%%memsnap device=cpu\nboom()")
+    assert type(res.error_in_exec).__name__ == "Sticky" and str(res.error_in_exec) == "mine"
+    assert session().intervals[0].error == "Sticky"
+
+
+def test_tags_that_would_hide_files_are_refused(shell):
+    from IPython.core.error import UsageError
+
+    for tag in (".hidden", "..", "-dash"):
+        with pytest.raises(UsageError, match="tag="):
+            shell.run_cell_magic("memsnap", f"tag={tag}", "pass")
+
+
+def test_two_processes_with_one_pid_keep_both_files(tmp_path):
+    # as two kernels in their own PID namespaces would: both are pid 1
+    code = textwrap.dedent("""
+        import os
+        os.getpid = lambda: 1
+        from memsnap_magic import Recorder
+        with Recorder(step=1, device="cpu", out="shared"):
+            import torch
+            x = torch.ones(1000)
+    """)
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, capture_output=True)
+    files = sorted((tmp_path / "shared" / "step1").glob("*.pickle"))
+    assert len(files) == 2 and all(f.name.startswith("torch_memory_rank0_pid1-") for f in files)
+
+
+def test_the_namespace_walk_stops_at_its_limit():
+    import torch
+
+    from memsnap_magic.backends.live_tensors import live_storages
+
+    pulled = []
+
+    class Counting(list):
+        def __iter__(self):
+            for item in super().__iter__():
+                pulled.append(1)
+                yield item
+
+    kept = torch.ones(10)
+    ns = {"big": Counting(range(10**6)), "t": kept}
+    found = live_storages(ns, limit=1000)
+    assert len(pulled) <= 1000
+    assert kept.untyped_storage().data_ptr() not in found or len(pulled) < 1000
+    assert live_storages({"t": kept}, limit=1000) == {kept.untyped_storage().data_ptr(): 40}
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
+    for n in range(30):
+        dump_snapshot(
+            {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 8}]]},
+            tmp_path / f"step{n}" / "x_rank0.pickle",
+        )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memsnap_magic", "summarize", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # `| head -1`
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
+
+
+def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, capfd):
+    from memsnap_magic.backends.cpu import TAKEN_OVER
+
+    shell.run_cell("import torch")
+    res = shell.run_cell(
+        "%%memsnap step=1 device=cpu\na = torch.ones(1000)\n"
+        "with torch.profiler.profile() as prof:\n    b = torch.ones(2000).sum()\nc = torch.ones(3000)"
+    )
+    assert res.success and session().last.incomplete == TAKEN_OVER
+    out, err = capfd.readouterr()
+    assert f"incomplete: {TAKEN_OVER}" in out and "disableProfiler" not in err
+    assert any(e.name == "aten::sum" for e in shell.user_ns["prof"].events())  # theirs is intact
+    # one left running past the cell is theirs: not stopped by us, and the next cell says so
+    res = shell.run_cell(
+        "%%memsnap step=2 device=cpu\nprof2 = torch.profiler.profile()\nprof2.start()\nd = torch.ones(10).sum()"
+    )
+    assert res.success and session().last.incomplete == TAKEN_OVER and profiler_on()
+    shell.run_cell("prof2.stop()")
+    assert any(e.name == "aten::sum" for e in shell.user_ns["prof2"].events()) and not profiler_on()
+    assert shell.run_cell("%%memsnap step=3 device=cpu\ne = torch.ones(100)").success
+    assert session().last.incomplete is None and session().last.trace_entries > 0

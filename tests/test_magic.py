@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 
 import memsnap_magic
 from memsnap_magic import load_snapshot, session
+from memsnap_magic.layout import process_token
 from memsnap_magic.state import STATE
 
 MiB = 1 << 20
@@ -64,7 +65,7 @@ def test_known_sizes_give_known_figures(torch_ns, capsys):
     out = capsys.readouterr().out
     assert "memsnap step 2 · cpu · peak 14.0 MiB (+10.0 MiB over start 4.0 MiB)" in out
     assert "kept +2.0 MiB" in out and "vs step 1: peak +10.0 MiB" in out
-    assert f"step2/torch_memory_rank0_pid{os.getpid()}.pickle" in out
+    assert f"step2/torch_memory_rank0_pid{os.getpid()}-{process_token()}.pickle" in out
 
 
 def test_each_file_holds_only_its_own_step(torch_ns):
@@ -73,7 +74,7 @@ def test_each_file_holds_only_its_own_step(torch_ns):
     run(sh, "y = torch.empty(5*2**20, dtype=torch.uint8)")  # between cells: not recorded
     run(sh, "%%memsnap step=2\nx2 = torch.empty(7*2**20, dtype=torch.uint8)")
     one, two = session().intervals
-    assert one.path == Path("memsnap/step1") / f"torch_memory_rank0_pid{os.getpid()}.pickle"
+    assert one.path == Path("memsnap/step1") / f"torch_memory_rank0_pid{os.getpid()}-{process_token()}.pickle"
     assert [s for _, s in allocs(one.path)] == [3 * MiB]
     assert [s for _, s in allocs(two.path)] == [7 * MiB]
     # the baseline still sees what lived before: x1 and y (found in the namespace)

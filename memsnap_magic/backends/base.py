@@ -22,12 +22,14 @@ class Backend(ABC):
     # Capabilities, read by the recorder and by the text that explains a recording.
     records_stacks: ClassVar[bool] = True  # trace entries can carry Python frames
     has_allocator_peak: ClassVar[bool] = True  # the allocator keeps a peak of its own
+    clears_in_place: ClassVar[bool] = True  # begin(fresh=True) while recording starts a new history
     host: ClassVar[bool] = False  # records host (CPU) memory
     label: ClassVar[str] = "the allocator"  # how messages name this route
 
     device: str  # "cpu", "cuda:0", ...
     trace_index: int  # which ``device_traces`` entry of a snapshot holds this device
     recording: bool
+    incomplete: str | None = None  # set by snapshot(): why it holds less than the interval did
 
     # The device family, for resolving ``device=``: ``kind`` is the registry's key.
     @classmethod

@@ -43,6 +43,7 @@ class _Profiler:
         self._activities = {ProfilerActivity.CPU}
         self._scopes = {RecordScope.USER_SCOPE}
         self._warm = False
+        self.running = False  # our session is on (a torch.profiler of the user's may still take it over)
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -69,12 +70,18 @@ class _Profiler:
 
         _prepare_profiler(self._config, self._activities)
         _enable_profiler(self._config, self._activities, self._scopes)
+        self.running = True
 
-    def stop(self) -> list[tuple[int, int, int]]:
-        """Stop; ``[(time_ns, ptr, signed size)]`` of the CPU allocation events, in order."""
-        from torch._C._autograd import _disable_profiler
+    def stop(self) -> list[tuple[int, int, int]] | None:
+        """Stop; ``[(time_ns, ptr, signed size)]`` of the CPU allocation events, in order. None
+        when the session is not ours any more: a ``torch.profiler`` started meanwhile took it over
+        (its end ended ours), or is running now (then it is left running, untouched)."""
+        from torch._C._autograd import _disable_profiler, _profiler_enabled
         from torch._C._profiler import _EventType
 
+        self.running = False
+        if not _profiler_enabled() or public_profiler_running():
+            return None
         result = _disable_profiler()
         events: list[tuple[int, int, int]] = []
         stack = list(result.experimental_event_tree())
@@ -87,6 +94,13 @@ class _Profiler:
             stack.extend(node.children)
         events.sort(key=lambda e: e[0])
         return events
+
+
+def public_profiler_running() -> bool:
+    """Whether a ``torch.profiler``/``torch.autograd.profiler`` session of the user's is on."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
 
 
 def _warn_if_untested() -> None:
@@ -170,10 +184,15 @@ def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
 
 
 class CpuBackend(Backend):
-    """Records CPU tensor allocations; keeps events across cells while ``clear=false`` chains."""
+    """Records CPU tensor allocations; keeps events across cells while ``clear=false`` chains.
+
+    An interval is open from ``begin`` to ``end``. The profiler reports its events only when
+    stopped, so ``snapshot`` stops it and ``end(keep=True)`` starts it again for a chain.
+    """
 
     records_stacks = False
     has_allocator_peak = False
+    clears_in_place = False  # reading the events ends the profiler session: a new step starts a new one
     host = True
     label = "the CPU route"
 
@@ -181,14 +200,18 @@ class CpuBackend(Backend):
     trace_index = 0
 
     def __init__(self) -> None:
-        self.recording = False
         if STATE.cpu_profiler is None:
             STATE.cpu_profiler = _Profiler()
         self._profiler: _Profiler = STATE.cpu_profiler
+        self._open = False
         self._events: list[tuple[int, int, int]] = []
         self._live_start: dict[int, int] = {}
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
+
+    @property
+    def recording(self) -> bool:
+        return self._open
 
     @classmethod
     def available(cls, kind: str) -> bool:
@@ -206,37 +229,51 @@ class CpuBackend(Backend):
         self._profiler.warm_up()
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
-        if not self.recording:
-            from torch._C._autograd import _profiler_enabled
+        from torch._C._autograd import _profiler_enabled
 
-            if _profiler_enabled():
-                raise BackendError(
-                    "device=cpu: torch.profiler is already running; the CPU route "
-                    "records through it, so stop that profiler first"
-                )
-        self._profiler.warm_up()
-        if self.recording and not fresh:
+        if self._open and not fresh:
             return
-        if self.recording:
-            self._profiler.stop()
+        if self._profiler.running:
+            self._profiler.stop()  # a fresh history: what it held is dropped
+        elif _profiler_enabled():
+            raise BackendError(
+                "device=cpu: torch.profiler is already running; the CPU route "
+                "records through it, so stop that profiler first"
+            )
+        self._profiler.warm_up()
         self._namespace = namespace
         self._events = []
+        self.incomplete = None
         self._live_start = live_storages(namespace) if namespace is not None else {}
         self._profiler.start()
-        self.recording = True
+        self._open = True
 
     def snapshot(self) -> dict[str, Any]:
-        """Collect the events so far (stop, read, restart: the profiler only reports on stop)."""
-        self._events += self._profiler.stop()
-        self._profiler.start()
+        """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
+        if self._profiler.running:
+            events = self._profiler.stop()
+            if events is None:
+                self.incomplete = TAKEN_OVER
+            else:
+                self._events += events
         live_end = live_storages(self._namespace) if self._namespace is not None else {}
         return build_snapshot(self._events, self._live_start, live_end, time.time_ns() // 1000, self._max_entries)
 
     def end(self, *, keep: bool) -> None:
-        if keep or not self.recording:
+        from torch._C._autograd import _profiler_enabled
+
+        if not self._open:
             return
-        self._profiler.stop()
-        self.recording = False
+        if keep:  # a clear=false chain goes on recording between cells
+            if not self._profiler.running and not _profiler_enabled():
+                self._profiler.start()
+            return
+        if self._profiler.running:
+            self._profiler.stop()
+        self._open = False
         self._events = []
         self._live_start = {}
         self._namespace = None
+
+
+TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"

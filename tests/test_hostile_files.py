@@ -1,0 +1,341 @@
+"""Files made to hurt: small files that stand for huge ones, messages that amplify, things that are
+not files, values just past every limit. Only ``SnapshotError`` may come out, quickly; what is
+accepted can be summarised, printed and drawn.
+
+Attacks that took hours or all memory before run in a child process with a time limit, so a
+regression fails the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from snapshots import alloc, free, snapshot
+
+from memsnap_magic import SnapshotError, load_snapshot, session
+from memsnap_magic.cli import main
+from memsnap_magic.snapshot import dump_snapshot
+
+ENTRY = {"action": "alloc", "addr": 16, "size": 64, "stream": 0, "time_us": 1}
+CHILD_TIMEOUT = 120  # a hang guard, far above the ~1 s these take: never a speed assertion
+
+
+def load_in_child(path: Path) -> tuple[str, str]:
+    """``load_snapshot(path)`` in a child process: ("ok" | "SnapshotError", message)."""
+    code = textwrap.dedent(f"""
+        import sys
+        from memsnap_magic import SnapshotError, load_snapshot
+        try:
+            load_snapshot({str(path)!r})
+            print("ok")
+        except SnapshotError as e:
+            print("SnapshotError"); print(e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    kind, _, message = out.stdout.partition("\n")
+    return kind, message.strip()
+
+
+def write(tmp_path: Path, obj, name: str = "attack.pickle") -> Path:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    return path
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: {"segments": [], "device_traces": [[ENTRY] * 10**5] * 10**4}, id="shared traces"),
+        pytest.param(
+            lambda: {
+                "segments": [{"device": 0, "address": 0, "blocks": [{"size": 1, "state": "active_allocated"}] * 10**5}]
+                * 10**4,
+                "device_traces": [],
+            },
+            id="shared segments and blocks",
+        ),
+    ],
+)
+def test_a_small_file_that_stands_for_a_billion_entries_is_refused(tmp_path, build):
+    path = write(tmp_path, build())
+    assert path.stat().st_size < 4 << 20
+    kind, message = load_in_child(path)
+    assert kind == "SnapshotError" and "more than its size allows" in message
+
+
+def test_shared_frames_as_pytorch_writes_them_are_accepted(tmp_path):
+    frames = [{"filename": "/src/model.py", "line": n, "name": "forward"} for n in range(30)]
+    trace = [dict(ENTRY, addr=16 * n, frames=frames) for n in range(20_000)]  # one list, shared by all
+    snap = load_snapshot(write(tmp_path, {"segments": [], "device_traces": [trace]}))
+    assert snap["device_traces"][0][-1]["frames"] is snap["device_traces"][0][0]["frames"]
+
+
+def test_error_messages_quote_short_excerpts(tmp_path):
+    bad = dict(ENTRY, size=-1, blob=["x" * 2**20] * 2500)
+    kind, message = load_in_child(write(tmp_path, {"segments": [], "device_traces": [[bad]]}))
+    assert kind == "SnapshotError" and "device_traces[0][0]" in message
+    assert len(message) < 600 and "\n" not in message
+
+
+class Deep:
+    """A list nested ``levels`` deep, pickled without recursion (pickle.dumps would need it)."""
+
+    def __init__(self, levels: int) -> None:
+        self.levels = levels
+
+    def __reduce__(self):
+        return (list, ())
+
+    @staticmethod
+    def opcodes(levels: int) -> bytes:
+        return b"]" * levels + b"a" * (levels - 1)  # EMPTY_LIST n times, then APPEND each into the one below
+
+
+def entry_pickle(size_opcodes: bytes) -> bytes:
+    """A whole snapshot pickle whose one entry's size is the object ``size_opcodes`` push."""
+
+    def text(t: str) -> bytes:
+        return b"X" + len(t).to_bytes(4, "little") + t.encode()
+
+    entry = b"}" + text("action") + text("alloc") + b"s" + text("addr") + b"K\x10s" + text("size") + size_opcodes + b"s"
+    return b"\x80\x04}" + text("segments") + b"]s" + text("device_traces") + b"]]" + entry + b"aas."
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: 10**5000, "device_traces[0][0]"),  # an int with no decimal str
+        (lambda: Deep(100_000), "device_traces[0][0]"),  # nesting deeper than any repr
+        (lambda: float("nan"), "device_traces[0][0]"),
+        (lambda: 2**62 - 1, "device_traces[0][0]"),  # past 2**48: sums would wrap int64
+        (lambda: -5, "device_traces[0][0]"),
+    ],
+    ids=["5000 digits", "deep", "nan", "2**62-1", "negative"],
+)
+def test_values_past_the_limits_are_refused_by_name(tmp_path, make, words):
+    value = make()
+    if isinstance(value, Deep):
+        path = tmp_path / "attack.pickle"
+        path.write_bytes(entry_pickle(Deep.opcodes(value.levels)))
+        assert pickle.loads(path.read_bytes())["device_traces"][0][0]["action"] == "alloc"
+    else:
+        path = write(tmp_path, {"segments": [], "device_traces": [[dict(ENTRY, size=value)]]})
+    kind, message = load_in_child(path)
+    assert kind == "SnapshotError" and words in message and len(message) < 600
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda s: s["device_traces"][0][0].update(addr=2**64 + 5), "device_traces[0][0]"),
+        (lambda s: s["device_traces"][0][0].update(addr=None), "device_traces[0][0]"),
+        (lambda s: s["device_traces"][0][0].update(time_us="now"), "device_traces[0][0]"),
+        (lambda s: s["device_traces"][0][0].update(frames=[1, 2]), "frames"),
+        (lambda s: s["device_traces"][0][0].update(frames="abc"), "frames"),
+        (lambda s: s["device_traces"][0][0].update(frames=[{"line": "7"}]), "frames"),
+        (lambda s: s["segments"][0]["blocks"][0].update(requested_size=float("nan")), "segments[0].blocks[0]"),
+        (lambda s: s["segments"][0]["blocks"][0].update(size=2**62 - 1), "segments[0].blocks[0]"),
+        (lambda s: s["segments"][0].update(address=2**64 - 8), "past address 2**64"),
+        (lambda s: s["segments"][0].update(device=-1), "segments[0]"),
+        (lambda s: s["segments"][0].update(frames=[None]), "segments[0]"),
+        (
+            lambda s: (
+                s["segments"].extend([s["segments"][0]] * 40_000)
+                or s["segments"][0].update(requested_size=2**48, allocated_size=2**48, active_size=2**48)
+            ),
+            "add up",
+        ),
+        (lambda s: s.update(memsnap={"step": 10**5000}), "memsnap.step"),
+        (lambda s: s.update(memsnap={"rank": -1}), "memsnap.rank"),
+        (lambda s: s.update(memsnap={"device": "cuda:0\x1b[2J"}), "memsnap.device"),
+        (lambda s: s.update(memsnap={"tag": "../x"}), "memsnap.tag"),
+        (lambda s: s.update(memsnap=[1]), "'memsnap' block"),
+    ],
+)
+def test_fields_the_analysis_reads_are_checked(tmp_path, mutate, words):
+    snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
+    mutate(snap)
+    path = write(tmp_path, snap)
+    with pytest.raises(SnapshotError, match=r"attack\.pickle") as info:
+        from memsnap_magic.intervals import read_interval
+
+        read_interval(path, 1)
+    assert words in str(info.value) and "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+def test_things_that_are_not_regular_files_are_refused_unread(tmp_path):
+    fifo = tmp_path / "pipe.pickle"
+    os.mkfifo(fifo)
+    assert load_in_child(fifo) == (
+        "SnapshotError",
+        f"{fifo}: not a regular file (a device, pipe or socket is never read)",
+    )
+    kind, message = load_in_child(Path("/dev/zero"))
+    assert kind == "SnapshotError" and "not a regular file" in message
+
+
+def test_a_file_over_the_limit_is_refused_before_reading(tmp_path, monkeypatch):
+    sparse = tmp_path / "huge.pickle"
+    with open(sparse, "wb") as f:
+        f.truncate(64 << 30)  # 64 GiB of nothing: reading it would exhaust memory
+    with pytest.raises(SnapshotError, match="over the 4,294,967,296-byte limit"):
+        load_snapshot(sparse)
+    small = dump_snapshot(snapshot(alloc(1, 8), {1: 8}), tmp_path / "small.pickle")
+    with pytest.raises(SnapshotError, match="MEMSNAP_MAX_FILE_BYTES"):
+        load_snapshot(small, max_bytes=10)
+    monkeypatch.setenv("MEMSNAP_MAX_FILE_BYTES", "10")
+    with pytest.raises(SnapshotError, match="over the 10-byte limit"):
+        load_snapshot(small)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x80\x04P" + b"x" * 20,  # PERSID
+        b"PK\x03\x04" + b"\x00" * 40,  # a zip file (torch.save)
+    ],
+    ids=["persistent id", "zip"],
+)
+def test_other_pickles_and_archives_are_one_line(tmp_path, content):
+    path = tmp_path / "other.pickle"
+    path.write_bytes(content)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("memsnap: ")
+
+
+def test_text_from_a_file_is_printed_as_data(tmp_path, capsys):
+    evil = "\x1b]0;pwned\x07\x1b[2J\nforged line"
+    frames = [{"filename": f"/src/{evil}.py", "line": 1, "name": f"f{evil}"}]
+    trace = [{"action": "alloc", "addr": 16, "size": 64, "frames": frames}]
+    a = write(tmp_path, snapshot([], {16: 32}), "step1_rank0.pickle")
+    b = tmp_path / f"step2{evil}.pickle"
+    b.write_bytes(pickle.dumps(snapshot(trace, {16: 64}), protocol=4))
+    assert main(["summarize", str(a), str(b)]) == 0
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "forged line" in out
+    assert not any(line.startswith("forged line") for line in out.splitlines())
+
+
+def test_a_bad_file_leaves_the_session_untouched(shell, tmp_path):
+    good = dump_snapshot(snapshot(alloc(1, 8), {1: 8}), tmp_path / "step1" / "a_rank0.pickle")
+    bad = snapshot(alloc(1, 8), {1: 8})
+    bad["memsnap"] = {"step": 10**5000}
+    write(tmp_path / "step1", bad, "b_rank1.pickle")
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"memsnap\.step"):
+        shell.run_line_magic("memsnap", f"load {tmp_path}")
+    assert session().intervals == []
+    shell.run_line_magic("memsnap", f"load {good}")
+    assert [iv.step for iv in session().intervals] == [1]
+    assert shell.run_cell("%%memsnap\npass").success  # the next step is computable
+    assert [iv.step for iv in session().intervals] == [1, 2]
+
+
+def test_json_is_strict_and_figures_are_ints(tmp_path, capsys):
+    path = dump_snapshot(snapshot([*alloc(1, 2**48), *free(1, 2**48)], {}), tmp_path / "s.pickle")
+    assert main(["summarize", "--json", str(path)]) == 0
+    records = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert records[0]["peak_allocated"] == 2**48
+
+
+# A valid snapshot, then hypothesis changes any field to any value, or shares containers.
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.just([]),
+    st.just({}),
+    st.just([1, 2]),
+    st.just([{"line": 1}]),
+)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+def _base() -> dict:
+    frames = [{"filename": "<ipython-input-3-x>", "line": 2, "name": "step"}]
+    trace = [
+        *alloc(0x100, 64),
+        *alloc(0x200, 4096),
+        *free(0x100, 64),
+        *alloc(0x300, 1 << 20),
+        *free(0x50, 128),
+    ]
+    for e in trace:
+        e["frames"] = frames
+    snap = snapshot(trace, {0x200: 4096, 0x300: 1 << 20, 0x400: 512})
+    snap["memsnap"] = {"step": 3, "rank": 0, "device": "cpu", "tag": "t", "error": None}
+    return snap
+
+
+_BASE_PATHS = [p for p in _paths(_base()) if p]
+
+
+def _get(obj, path):
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+# a value is a leaf, or ("ref", path): the object at another place of the same snapshot (shared)
+_VALUES = st.one_of(_LEAVES, st.tuples(st.just("ref"), st.sampled_from(_BASE_PATHS)))
+
+
+@given(st.lists(st.tuples(st.sampled_from(_BASE_PATHS), _VALUES), min_size=1, max_size=4))
+@example([(("device_traces", 0, 2, "frames", 0), []), (("device_traces", 0, 2, "frames"), [])])  # a list, two roles
+@example([(("device_traces", 0, 0, "frames", 0), ("ref", ("device_traces", 0, 1, "frames")))])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
+    from memsnap_magic.intervals import read_interval
+    from memsnap_magic.session_state import Session
+    from memsnap_magic.text import blocks_table, describe, interval_table
+
+    snap = _base()
+    shared: list = []
+    for path, value in edits:
+        try:
+            if isinstance(value, tuple):
+                value = _get(snap, value[1])
+            elif value == []:
+                value = shared  # one object wherever it lands
+            _get(snap, path[:-1])[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    file = write(tmp_path, snap)
+    try:
+        iv = read_interval(file, 1)
+    except SnapshotError:
+        return
+    s = Session()
+    s.add(iv)
+    for text in (interval_table(s.intervals), describe(iv, None), blocks_table(iv)):
+        assert "\x1b" not in text
+    record = json.loads(json.dumps(s.to_records()[0], allow_nan=False, default=str))
+    assert all(isinstance(record[k], int) for k in ("baseline_allocated", "peak_allocated", "end_allocated"))
+    assert not any(isinstance(v, float) and not math.isfinite(v) for v in record.values())
