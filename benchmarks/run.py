@@ -38,6 +38,7 @@ BENCHMARKS = (
     "load",
     "scale",
     "cell",
+    "cpu_events",
     "first_cell",
     "dump",
     "session_memory",

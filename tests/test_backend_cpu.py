@@ -1,9 +1,12 @@
 """The CPU route: snapshots built from allocator events plus the walked live storages."""
 
+import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsnap_magic.analysis import summarize
-from memsnap_magic.backends.cpu import build_snapshot
+from memsnap_magic.backends.cpu_history import build_snapshot
 from memsnap_magic.backends.live_tensors import live_storages
 
 MiB = 1 << 20
@@ -102,3 +105,74 @@ def test_live_storages_walks_modules_optimizers_containers_and_objects():
     assert expected <= set(found)
     assert found[view_base.untyped_storage().data_ptr()] == 400  # the whole storage, not the view
     assert ns["_hidden"].untyped_storage().data_ptr() not in found
+
+
+# --- reading the profiler's events by columns gives the snapshot reading them one by one gave ---
+
+CELLS = {
+    "tiny ops": "for _ in range(3000):\n    t = torch.empty(4)\n",
+    "training step": "loss = model(x).sum()\nloss.backward()\nopt.step()\nopt.zero_grad(set_to_none=True)\n",
+    "frees of old tensors": "del old\nkept.append(torch.empty(2**16))\n",
+    "user scopes": "with torch.autograd.profiler.record_function('mine'):\n    a = torch.ones(100) * 2\n",
+    "zero bytes": "e = [torch.empty(0) for _ in range(10)]\nf = torch.ones(7)\n",
+}
+
+
+def profiled(code: str, ns: dict) -> list:
+    """The event tree's roots of a profiler session around ``code``, as the CPU route opens it."""
+    from memsnap_magic.backends.cpu import _Profiler
+
+    profiler = _Profiler()
+    profiler.warm_up()
+    profiler.start()
+    exec(code, ns)
+    return profiler.stop()
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_history_gives_the_snapshot_the_walk_gave(cell):
+    import cpu_reference
+
+    from memsnap_magic.backends.cpu_history import History
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    ns = {
+        "torch": torch,
+        "model": model,
+        "opt": torch.optim.Adam(model.parameters()),
+        "x": torch.randn(16, 64),
+        "old": torch.empty(2**15),
+        "kept": [],
+    }
+    live_start = live_storages(ns)
+    sessions = [profiled(CELLS[cell], ns), profiled("extra = torch.ones(33)\ndel x\n", ns)]  # a clear=false chain
+    live_end = live_storages(ns)
+    events = [e for roots in sessions for e in cpu_reference.walk_events(roots)]
+    assert events
+    for newest in (3, 50, 10**6):
+        history = History(newest, live_start)
+        for roots in sessions:
+            history.add(roots)
+        assert history.snapshot(live_end, 10**15, newest) == cpu_reference.build_snapshot(
+            events, live_start, live_end, 10**15, newest
+        )
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0x10, 0x20, 0x30, 0x40]), st.integers(-3, 5).filter(bool)), max_size=40),
+    st.dictionaries(st.sampled_from([0x10, 0x20, 0x50]), st.integers(1, 9)),
+    st.sets(st.sampled_from([0x10, 0x20, 0x50])),
+    st.integers(1, 60),
+)
+@settings(max_examples=500, deadline=None)
+def test_build_snapshot_matches_the_walk_on_any_events(moves, live_start, end_keys, newest):
+    import cpu_reference
+
+    from memsnap_magic.backends.cpu_history import build_snapshot
+
+    events = [(1000 * i, ptr, size) for i, (ptr, size) in enumerate(moves)]
+    live_end = {p: live_start.get(p, 1) for p in end_keys}
+    assert build_snapshot(events, live_start, live_end, 99_000, newest) == cpu_reference.build_snapshot(
+        events, live_start, live_end, 99_000, newest
+    )

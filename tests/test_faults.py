@@ -361,3 +361,20 @@ def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, ca
     assert any(e.name == "aten::sum" for e in shell.user_ns["prof2"].events()) and not profiler_on()
     assert shell.run_cell("%%memsnap step=3 device=cpu\ne = torch.ones(100)").success
     assert session().last.incomplete is None and session().last.trace_entries > 0
+
+
+def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatch):
+    from memsnap_magic.backends import cpu
+
+    monkeypatch.setattr(cpu, "HUGE", 500)
+    STATE.warned.discard("cpu-huge")
+    shell.run_cell("import torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in (1, 2):
+            assert shell.run_cell(
+                f"%%memsnap step={step} device=cpu\nfor _ in range(400):\n    t = torch.empty(4)"
+            ).success
+    said = [m for m in ours(caught) if "CPU allocation events" in m]
+    assert len(said) == 1 and "steps=1,5,10" in said[0]
+    STATE.warned.discard("cpu-huge")

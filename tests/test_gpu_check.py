@@ -108,14 +108,14 @@ from memsnap_magic.backends.cpu import CpuBackend
 begin, end = CpuBackend.begin, CpuBackend.end
 
 def begin_keeping(self, *, fresh, namespace=None):
-    kept = list(self._events)
+    kept = self._history
     begin(self, fresh=fresh, namespace=namespace)
-    self._events = kept
+    self._history = kept if kept.count else self._history
 
 def end_keeping(self, *, keep):
-    kept = list(self._events)
+    kept = self._history
     end(self, keep=keep)
-    self._events = kept
+    self._history = kept
 
 CpuBackend.begin, CpuBackend.end = begin_keeping, end_keeping
 sys.argv = sys.argv[1:]

@@ -1,9 +1,11 @@
 """CPU: an allocation history built from the profiler's raw memory events.
 
 PyTorch has no history recorder for CPU tensors. ``profile_memory=True`` makes the CPU allocator
-report every allocation and free while the profiler runs (cheap: ~1.06x here with only the user
-scope enabled). Those events become ``alloc``/``free_requested``/``free_completed`` entries and the
-blocks live at the end become segments, so the analysis and memory_viz read CPU dumps like CUDA ones.
+report every allocation and free while the profiler runs, with only the user scope enabled (a
+training step costs ~1.1x; a loop of tiny tensors ~10x, all of it the profiler's, and ~2 KB of
+memory per event until the session ends). ``cpu_history`` turns the events into
+``alloc``/``free_requested``/``free_completed`` entries and the blocks live at the end into
+segments, so the analysis and memory_viz read CPU dumps like CUDA ones.
 
 What the profiler cannot see is corrected from the tensors reachable from the user's namespace,
 walked at the interval's start and end (a few ms, unlike a full ``gc.get_objects()`` walk):
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
+from .cpu_history import History
 from .live_tensors import live_storages
 
 if TYPE_CHECKING:
@@ -72,28 +75,16 @@ class _Profiler:
         _enable_profiler(self._config, self._activities, self._scopes)
         self.running = True
 
-    def stop(self) -> list[tuple[int, int, int]] | None:
-        """Stop; ``[(time_ns, ptr, signed size)]`` of the CPU allocation events, in order. None
+    def stop(self) -> list[Any] | None:
+        """Stop; the roots of the session's event tree (its allocation events, in time order). None
         when the session is not ours any more: a ``torch.profiler`` started meanwhile took it over
         (its end ended ours), or is running now (then it is left running, untouched)."""
         from torch._C._autograd import _disable_profiler, _profiler_enabled
-        from torch._C._profiler import _EventType
 
         self.running = False
         if not _profiler_enabled() or public_profiler_running():
             return None
-        result = _disable_profiler()
-        events: list[tuple[int, int, int]] = []
-        stack = list(result.experimental_event_tree())
-        while stack:
-            node = stack.pop()
-            if node.tag == _EventType.Allocation:
-                f = node.extra_fields
-                if f.device.type == "cpu" and f.alloc_size:
-                    events.append((node.start_time_ns, f.ptr, f.alloc_size))
-            stack.extend(node.children)
-        events.sort(key=lambda e: e[0])
-        return events
+        return _disable_profiler().experimental_event_tree()
 
 
 def public_profiler_running() -> bool:
@@ -114,73 +105,6 @@ def _warn_if_untested() -> None:
             f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
             "figures look wrong, record on an accelerator or report it.",
         )
-
-
-def build_snapshot(
-    events: list[tuple[int, int, int]],
-    live_start: dict[int, int],
-    live_end: dict[int, int],
-    end_us: int,
-    max_entries: int,
-) -> dict[str, Any]:
-    """PyTorch-schema snapshot from raw allocator events plus the walked live storages."""
-    seen_first: dict[int, str] = {}  # addr -> first action in the window
-    for _, ptr, size in events:
-        seen_first.setdefault(ptr, "alloc" if size > 0 else "free")
-    # Baseline blocks freed without a report: their address was allocated anew inside the window,
-    # or they are gone at the end and the window never mentions them.
-    silent = {
-        p: n
-        for p, n in live_start.items()
-        if seen_first.get(p) == "alloc" or (p not in seen_first and p not in live_end)
-    }
-    trace: list[dict[str, Any]] = []
-    live: dict[int, int] = {}
-    for t_ns, ptr, size in events:
-        t_us = t_ns // 1000
-        if size > 0:
-            gone = silent.pop(ptr, None)
-            if gone is not None:
-                trace += _free_entries(ptr, gone, t_us)
-            trace.append({"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
-            live[ptr] = size
-        else:
-            live.pop(ptr, None)
-            trace += _free_entries(ptr, -size, t_us)
-    for ptr, size in silent.items():
-        trace += _free_entries(ptr, size, end_us)
-    freed_in_trace = {ptr for _, ptr, size in events if size < 0}
-    blocks = dict(live)
-    for ptr, size in live_start.items():
-        if ptr in live_end and ptr not in freed_in_trace and ptr not in blocks:
-            blocks[ptr] = size
-    segments = [
-        {
-            "device": 0,
-            "address": ptr,
-            "total_size": size,
-            "allocated_size": size,
-            "active_size": size,
-            "requested_size": size,
-            "stream": 0,
-            "segment_type": "large",
-            "segment_pool_id": (0, 0),
-            "is_expandable": False,
-            "frames": [],
-            "blocks": [
-                {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": []}
-            ],
-        }
-        for ptr, size in sorted(blocks.items())
-    ]
-    return {"segments": segments, "device_traces": [trace[-max_entries:]], "allocator_settings": {}}
-
-
-def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [
-        {"action": a, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-        for a in ("free_requested", "free_completed")
-    ]
 
 
 class CpuBackend(Backend):
@@ -204,7 +128,7 @@ class CpuBackend(Backend):
             STATE.cpu_profiler = _Profiler()
         self._profiler: _Profiler = STATE.cpu_profiler
         self._open = False
-        self._events: list[tuple[int, int, int]] = []
+        self._history = History(0, {})
         self._live_start: dict[int, int] = {}
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
@@ -242,22 +166,23 @@ class CpuBackend(Backend):
             )
         self._profiler.warm_up()
         self._namespace = namespace
-        self._events = []
         self.incomplete = None
         self._live_start = live_storages(namespace) if namespace is not None else {}
+        self._history = History(self._max_entries, self._live_start)
         self._profiler.start()
         self._open = True
 
     def snapshot(self) -> dict[str, Any]:
         """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
         if self._profiler.running:
-            events = self._profiler.stop()
-            if events is None:
+            roots = self._profiler.stop()
+            if roots is None:
                 self.incomplete = TAKEN_OVER
             else:
-                self._events += events
+                self._history.add(roots)
+                _warn_if_huge(self._history.count)
         live_end = live_storages(self._namespace) if self._namespace is not None else {}
-        return build_snapshot(self._events, self._live_start, live_end, time.time_ns() // 1000, self._max_entries)
+        return self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries)
 
     def end(self, *, keep: bool) -> None:
         from torch._C._autograd import _profiler_enabled
@@ -271,9 +196,22 @@ class CpuBackend(Backend):
         if self._profiler.running:
             self._profiler.stop()
         self._open = False
-        self._events = []
+        self._history = History(0, {})
         self._live_start = {}
         self._namespace = None
+
+
+HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs
+
+
+def _warn_if_huge(events: int) -> None:
+    if events > HUGE:
+        STATE.warn_once(
+            "cpu-huge",
+            f"memsnap: this interval made {events:,} CPU allocation events; PyTorch's profiler keeps about "
+            f"2 KB of each (~{events * 2 / 1e6:.1f} GB here) until the interval ends. For long loops of small "
+            "tensors record a few steps (steps=1,5,10 with mark(step)) or record on an accelerator.",
+        )
 
 
 TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"
