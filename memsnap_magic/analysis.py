@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from .figures import Figures
 from .pairing import by_address, column, end_blocks, sorted_contains
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_INT64 = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Summary(Figures):
     @cached_property
     def time_us(self) -> np.ndarray:
         """``time_us`` of each replayed event (read on demand: plots need only a few)."""
-        t = column(self.trace, "time_us", -1)[self.events[2]] if self.trace else _EMPTY
+        t = _times(self.trace)[self.events[2]] if self.trace else _EMPTY
         if len(t) and t.min() < 0:  # older traces lack time_us: carry the last known time forward
             known = np.where(t >= 0, np.arange(len(t)), -1)
             last = np.maximum.accumulate(known)
@@ -62,9 +64,22 @@ class Summary(Figures):
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
-        if None in times:
+        if not all(type(t) is int and 0 <= t < _INT64 for t in times):  # missing (old traces) or not a time
             return self.time_us[index]
         return np.asarray(times, dtype=np.int64)
+
+
+def _times(trace: list[dict[str, Any]]) -> np.ndarray:
+    """Every entry's ``time_us``; -1 where an entry has none, or something that is not a time."""
+    try:
+        t = column(trace, "time_us", -1)
+    except (ValueError, TypeError, OverflowError):  # a file's own business: only plots read times
+        t = np.fromiter(
+            (v if type(v) is int and 0 <= v < _INT64 else -1 for v in map(dict.get, trace, repeat("time_us"))),
+            dtype=np.int64,
+            count=len(trace),
+        )
+    return t
 
 
 def pick_device(snap: dict[str, Any]) -> int:

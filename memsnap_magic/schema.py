@@ -1,8 +1,11 @@
 """What a snapshot must hold before analysis reads it, checked in time bounded by the file's size.
 
-Every field analysis, the CLI and the dashboard read is checked for type and range, so a file
-that passes can be summarised, printed and drawn. Sizes are capped at 2⁴⁸ bytes (beyond any
-device) and every sum of them at 2⁶¹, so nothing overflows the int64 arrays analysis uses.
+Every field analysis reads on every entry (action, size, address) is checked for type and range,
+so a file that passes can be summarised. Sizes are capped at 2⁴⁸ bytes (beyond any device) and
+every sum of them at 2⁶¹, so nothing overflows the int64 arrays analysis uses. What only a few
+entries are read for (a stack's frames for the table's rows, times for the plot) is checked where
+it is read: ``text`` reads frames defensively, ``analysis`` times. So the check costs a few C-level
+passes over the entries, not a walk over every frame.
 
 Pickle's memo lets a few bytes stand for a container used many times (``[trace] * 10**4``).
 Each distinct container is checked once, and entries plus blocks are counted with their repeats
@@ -13,7 +16,7 @@ Real files share frame lists and frame dicts heavily; sharing alone is never ref
 from __future__ import annotations
 
 import reprlib
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 MAX_SIZE = 1 << 48  # bytes in one block or request
@@ -76,7 +79,7 @@ def validate(snap: Any, budget: int | None = None) -> None:
             raise SnapshotError(f"device_traces[{d}] is {type(trace).__name__}, expected list")
         check.count(len(trace))
         if check.first_time(trace, "trace"):
-            _check_trace(trace, d, check)
+            _check_trace(trace, d)
     end_bytes: dict[int, int] = {}
     for s, seg in enumerate(snap["segments"]):
         if type(seg) is not dict or type(seg.get("blocks")) is not list:
@@ -95,8 +98,7 @@ class _Check:
 
     def __init__(self, budget: int | None) -> None:
         self.budget, self.counted = budget, 0
-        # ids of what was checked, per role: one object may be a frame list here and a frame there
-        self.seen: dict[str, set[int]] = {role: set() for role in ("trace", "segment", "block", "frames", "frame")}
+        self.seen: dict[str, set[int]] = {role: set() for role in ("trace", "segment", "block")}  # ids, per role
 
     def count(self, n: int) -> None:
         self.counted += n
@@ -114,43 +116,36 @@ class _Check:
         return True
 
 
-def _check_trace(trace: list[Any], d: int, check: _Check) -> None:
+def _check_trace(trace: list[Any], d: int) -> None:
     """Whole columns at C speed (traces reach millions of entries); entry by entry only to name a bad one."""
     n = len(trace)
     where = f"device_traces[{d}]"
-    if not all(map(isinstance, trace, repeat(dict, n))):
+    try:
+        sizes = list(map(dict.get, trace, repeat("size", n)))
+    except TypeError:  # dict.get on something that is not a dict
         i = next(i for i, e in enumerate(trace) if type(e) is not dict)
-        raise SnapshotError(f"{where}[{i}] is not a dict: {excerpt(trace[i])}")
-    actions = list(map(dict.get, trace, repeat("action", n)))
-    sizes = list(map(dict.get, trace, repeat("size", n)))
+        raise SnapshotError(f"{where}[{i}] is not a dict: {excerpt(trace[i])}") from None
     addrs = list(map(dict.get, trace, repeat("addr", n)))
-    times = list(map(dict.get, trace, repeat("time_us", n)))
     ok = (
-        set(map(type, actions)) <= {str}
+        set(map(type, map(dict.get, trace, repeat("action", n)))) <= {str}
         and set(map(type, sizes)) <= {int}
         and (not sizes or (min(sizes) >= 0 and max(sizes) < INT64))
         and _ints(addrs, -INT64, INT64)
-        and _ints(times, 0, INT64)
     )
     # Events (allocs and frees) carry an address and at most 2**48 bytes; an oom entry may ask
     # for anything and has no address. Only files with such entries take the slower look.
     if ok and (None in addrs or (sizes and max(sizes) > MAX_SIZE)):
-        events = [i for i, act in enumerate(actions) if act in EVENTS]
+        events = [i for i, e in enumerate(trace) if e["action"] in EVENTS]
         ok = all(addrs[i] is not None and sizes[i] <= MAX_SIZE for i in events)
         sizes = [sizes[i] for i in events]
     if not ok:
         i = next(i for i, e in enumerate(trace) if not _entry_ok(e))
         raise SnapshotError(
             f"{where}[{i}] is not a trace entry (str action; alloc/free with int addr and int size "
-            f"0..2**48; int time_us): {excerpt(trace[i])}"
+            f"0..2**48): {excerpt(trace[i])}"
         )
     if sum(sizes) > MAX_SUM:
         raise SnapshotError(f"{where}: its sizes add up to more than 2**61 bytes")
-    frames = list(map(dict.get, trace, repeat("frames", n)))
-    if frames.count(None) < n and not _frames_ok(frames, check):
-        probe = _Check(None)  # one for the whole walk: a shared list is looked at once here too
-        i = next(i for i, e in enumerate(trace) if not _frames_ok([e.get("frames")], probe))
-        raise SnapshotError(f"{where}[{i}] has frames that are not dicts of filename, line, name: {excerpt(trace[i])}")
 
 
 def _ints(values: list[Any], low: int, high: int) -> bool:
@@ -163,37 +158,13 @@ def _ints(values: list[Any], low: int, high: int) -> bool:
 
 
 def _entry_ok(e: Any) -> bool:
-    addr, size, time_us = e.get("addr"), e.get("size"), e.get("time_us")
+    addr, size = e.get("addr"), e.get("size")
     event = e.get("action") in EVENTS
     return (
         type(e.get("action")) is str
         and type(size) is int
         and 0 <= size <= (MAX_SIZE if event else INT64 - 1)
         and ((addr is None and not event) or (type(addr) is int and -INT64 <= addr < INT64))
-        and (time_us is None or (type(time_us) is int and 0 <= time_us < INT64))
-    )
-
-
-def _frames_ok(lists: list[Any], check: _Check) -> bool:
-    """Frame lists (None: no frames) hold dicts whose filename, name and line, where present, are
-    str, str and int; each distinct list and frame is looked at once."""
-    seen_lists, seen_frames = check.seen["frames"], check.seen["frame"]
-    distinct = [v for k, v in dict(zip(map(id, lists), lists)).items() if k not in seen_lists and v is not None]
-    if not distinct:
-        return True
-    if not set(map(type, distinct)) <= {list}:
-        return False
-    seen_lists.update(map(id, distinct))
-    frames = list(chain.from_iterable(distinct))
-    frames = [v for k, v in dict(zip(map(id, frames), frames)).items() if k not in seen_frames]
-    if not set(map(type, frames)) <= {dict}:
-        return False
-    seen_frames.update(map(id, frames))
-    n = len(frames)
-    return (
-        set(map(type, map(dict.get, frames, repeat("filename", n)))) <= {str, type(None)}
-        and set(map(type, map(dict.get, frames, repeat("name", n)))) <= {str, type(None)}
-        and _ints(list(map(dict.get, frames, repeat("line", n))), -MAX_INDEX, MAX_INDEX)
     )
 
 
@@ -206,11 +177,9 @@ def _check_segment(seg: dict[str, Any], s: int, check: _Check) -> None:
         value = seg.get(key)
         if value is not None and not (type(value) is int and 0 <= value <= MAX_SUM):
             raise SnapshotError(f"{where}.{key} is not an int of 0..2**61 bytes: {excerpt(value)}")
-    if not _frames_ok([seg.get("frames")], check):
-        raise SnapshotError(f"{where} has frames that are not dicts of filename, line, name")
     end = address
     for b, block in enumerate(seg["blocks"]):
-        if check.first_time(block, "block") and not _block_ok(block, check):
+        if check.first_time(block, "block") and not _block_ok(block):
             raise SnapshotError(
                 f"{where}.blocks[{b}] lacks an int size of 0..2**48 bytes or a str state: {excerpt(block)}"
             )
@@ -225,7 +194,7 @@ def _bytes_bound(seg: dict[str, Any]) -> int:
     return max(blocks, seg.get("requested_size") or 0)
 
 
-def _block_ok(block: Any, check: _Check) -> bool:
+def _block_ok(block: Any) -> bool:
     if type(block) is not dict:
         return False
     size, requested, address = block.get("size"), block.get("requested_size"), block.get("address")
@@ -235,5 +204,4 @@ def _block_ok(block: Any, check: _Check) -> bool:
         and type(block.get("state")) is str
         and (requested is None or (type(requested) is int and 0 <= requested <= MAX_SIZE))
         and (address is None or (type(address) is int and 0 <= address < MAX_ADDRESS))
-        and _frames_ok([block.get("frames")], check)
     )

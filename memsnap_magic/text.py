@@ -134,13 +134,24 @@ _RUNS_CELLS = re.compile(r"[/\\]memsnap_magic[/\\]execute\.py$")  # where the ma
 _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
 
 
+def _field(frame: dict[str, Any], key: str) -> str:
+    """A frame's filename or name; "?" where a file gives something else (frames are data)."""
+    value = frame.get(key)
+    return value if type(value) is str else "?"
+
+
+def _line(frame: dict[str, Any]) -> int | str:
+    line = frame.get("line")
+    return line if type(line) is int and -(1 << 31) < line < 1 << 31 else "?"
+
+
 def _is_cell_frame(frame: dict[str, Any]) -> bool:
-    name = str(frame.get("filename", ""))
+    name = _field(frame, "filename")
     return name.startswith("<ipython-input-") or "/ipykernel_" in name
 
 
 def _where(frame: dict[str, Any]) -> str:
-    name = str(frame.get("filename", "?"))
+    name = _field(frame, "filename")
     cell = _INPUT.match(name)
     if cell:
         return f"cell In[{cell.group(1)}]"
@@ -149,16 +160,18 @@ def _where(frame: dict[str, Any]) -> str:
     return _SITE.sub("", name)
 
 
-def frame_lines(frames: list[dict[str, Any]], limit: int = 4) -> list[str]:
+def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
     """A few readable frames: the notebook's cells first, then the innermost others.
 
     From the frame that runs a ``%%memsnap`` body outwards a stack says nothing about the user's
-    code, so it is dropped (the ``%%memsnap`` line's own cell with it).
+    code, so it is dropped (the ``%%memsnap`` line's own cell with it). A file's stack may hold
+    anything: what is not a frame is left out, what is not a name reads "?".
     """
-    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(str(f.get("filename", "")))), len(frames))
+    frames = [f for f in frames if type(f) is dict] if type(frames) is list else []
+    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
     frames = frames[:outer]
     ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    return [clean(f"{f.get('name', '?')} ({_where(f)}:{f.get('line', '?')})") for f in ordered[:limit]]
+    return [clean(f"{_field(f, 'name')} ({_where(f)}:{_line(f)})") for f in ordered[:limit]]
 
 
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
