@@ -23,9 +23,9 @@ import numpy as np
 
 from .figures import Figures
 from .pairing import by_address, column, end_blocks, sorted_contains
+from .schema import INT64
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-_INT64 = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Summary(Figures):
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
-        if not all(type(t) is int and 0 <= t < _INT64 for t in times):  # missing (old traces) or not a time
+        if not all(type(t) is int and 0 <= t < INT64 for t in times):  # missing (old traces) or not a time
             return self.time_us[index]
         return np.asarray(times, dtype=np.int64)
 
@@ -75,7 +75,7 @@ def _times(trace: list[dict[str, Any]]) -> np.ndarray:
         t = column(trace, "time_us", -1)
     except (ValueError, TypeError, OverflowError):  # a file's own business: only plots read times
         t = np.fromiter(
-            (v if type(v) is int and 0 <= v < _INT64 else -1 for v in map(dict.get, trace, repeat("time_us"))),
+            (v if type(v) is int and 0 <= v < INT64 else -1 for v in map(dict.get, trace, repeat("time_us"))),
             dtype=np.int64,
             count=len(trace),
         )
@@ -113,7 +113,7 @@ def _end_bytes(segments: list[dict[str, Any]], device: int) -> tuple[int, np.nda
         if seg["device"] != device:
             continue
         allocated = seg.get("allocated_size")
-        if "requested_size" in seg and allocated is not None and seg.get("active_size") == allocated:
+        if seg.get("requested_size") is not None and allocated is not None and seg.get("active_size") == allocated:
             total += seg["requested_size"]  # summed over active blocks, here all allocated
             continue
         for b in seg["blocks"]:

@@ -76,15 +76,19 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def cmd_diff(args: argparse.Namespace) -> None:
     from .alive import alive_at
     from .analysis import summarize
+    from .intervals import UNREADABLE, unreadable
     from .snapshot import load_snapshot
     from .text import site_bytes
 
     figures, sites = [], []
     for path in (args.a, args.b):
         snap = load_snapshot(path)
-        summary = summarize(snap)
+        try:
+            summary = summarize(snap)
+            sites.append(site_bytes(alive_at(summary, top=0)))
+        except UNREADABLE as e:
+            raise unreadable(path, e) from None
         figures.append(summary)
-        sites.append(site_bytes(alive_at(summary, top=0)))
     a, b = figures
     print(f"A: {clean(args.a)}\nB: {clean(args.b)}")
     for name in ("baseline_allocated", "peak_allocated", "peak_increase", "end_allocated"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .backends.registry import trace_index
 from .figures import Figures
 from .layout import Meta, PathInfo, find_snapshots, parse_path
 from .options import DEFAULTS
@@ -41,6 +42,8 @@ class Interval(Figures):
     overflowed: bool = False
     context: str = DEFAULTS.context  # which events carried stacks when it was recorded
     incomplete: str | None = None  # why the snapshot holds less than the interval did
+    moved: int | None = None  # start minus the end of the interval recorded before it on this device
+    moved_since: int | None = None  # that interval's step
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
@@ -69,7 +72,7 @@ def interval_from_snapshot(
 
     meta = Meta.from_snapshot(snap)
     named = parse_path(path) if path is not None else PathInfo()
-    index = _trace_index(meta.device) if meta.device is not None else pick_device(snap)
+    index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
     return Interval(
@@ -96,12 +99,6 @@ def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def _trace_index(device: str) -> int:
-    """The ``device_traces`` entry of a recorded device: its index; the CPU's single trace is 0."""
-    _, _, index = device.partition(":")
-    return int(index) if index.isdigit() else 0
-
-
 def read_interval(path: Path, position: int) -> Interval:
     """One file as an interval; ``position`` (1-based) is the step when nothing names one."""
     snap = load_snapshot(path)
@@ -109,8 +106,16 @@ def read_interval(path: Path, position: int) -> Interval:
         return interval_from_snapshot(snap, path, position=position, file_bytes=path.stat().st_size)
     except SnapshotError as e:  # its memsnap block
         raise SnapshotError(f"{path}: {e}") from None
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
-        raise SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}") from None
+    except UNREADABLE as e:
+        raise unreadable(path, e) from None
+
+
+UNREADABLE = (KeyError, TypeError, ValueError, OverflowError)  # what odd values in a checked file can raise
+
+
+def unreadable(path: Path | str, e: BaseException) -> SnapshotError:
+    """The one-line error for a file that loaded but whose values the analysis could not read."""
+    return SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}")
 
 
 def read_intervals(paths: Iterable[str | os.PathLike[str]], progress: bool = False) -> Iterator[Interval]:

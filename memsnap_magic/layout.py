@@ -18,15 +18,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .schema import SnapshotError, excerpt
+from .schema import MAX_INDEX, SnapshotError, excerpt
 
+LAYOUT = "<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle"  # where snapshot_path puts a step, in words
 SUFFIXES = (".pickle", ".pkl")
 META_KEY = "memsnap"
 TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"  # a file name's start: never hidden, never ".."
-MAX_STEP = 1 << 31  # steps, ranks and pids beyond this are corruption
+MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
 _STEP = re.compile(r"^step(\d{1,9})$")
-_RANK = re.compile(r"rank(\d{1,9})")
-_TAG = re.compile(rf"^({TAG_PATTERN})_rank\d+")
+_RANK = re.compile(r"(?:^|_)rank(\d{1,9})(?=[_.-]|$)")
+_TAG = re.compile(rf"^({TAG_PATTERN})_rank\d{{1,9}}(?=[_.-]|$)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,10 +52,11 @@ class PathInfo:
 
 def parse_path(path: str | os.PathLike[str]) -> PathInfo:
     path = Path(path)
-    step, rank, tag = _STEP.match(path.parent.name), _RANK.search(path.name), _TAG.match(path.name)
+    step, tag = _STEP.match(path.parent.name), _TAG.match(path.name)
+    ranks = _RANK.findall(path.name)  # the last: a tag may itself say "rank0" ("rank0_rank3_...")
     return PathInfo(
         step=int(step.group(1)) if step else None,
-        rank=int(rank.group(1)) if rank else None,
+        rank=int(ranks[-1]) if ranks else None,
         tag=tag.group(1) if tag else None,
     )
 
@@ -121,6 +123,17 @@ def _name(pattern: str, what: str) -> Callable[[Any], bool]:
     return check
 
 
+def _exception_name(value: Any) -> bool:
+    """an exception's name"""
+    return type(value) is str and 0 < len(value) <= 200 and all(p.isidentifier() for p in value.split("."))
+
+
+def exception_name(error: BaseException) -> str:
+    """The name a file records for the exception a block raised: its class's, or the nearest base
+    class's when the class was given a name no code could spell (``type("a b", (Exception,), {})``)."""
+    return next(c.__name__ for c in type(error).__mro__ if _exception_name(c.__name__))
+
+
 def _boolean(value: Any) -> bool:
     """true or false"""
     return type(value) is bool
@@ -133,7 +146,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "tag": _name(TAG_PATTERN, "a tag of letters, digits, _ . -"),
     "pid": _count(MAX_STEP),
     "end_us": _count(1 << 63),
-    "error": _name(r"[A-Za-z_][A-Za-z0-9_.]{0,99}", "an exception's name"),
+    "error": _exception_name,
     "clear": _boolean,
     "allocator_peak_allocated": _count(1 << 61),
     "context": _name(r"[a-z]{1,16}", "a context name (all, alloc, state, none)"),

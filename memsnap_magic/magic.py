@@ -15,7 +15,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from . import options
 from .execute import CellCode
-from .state import STATE
+from .layout import LAYOUT
+from .state import STATE, warn
 
 
 def _print_report(iv: Any, previous: Any) -> None:
@@ -44,7 +45,7 @@ class MemsnapMagics(Magics):
 
         Recording starts with a fresh history, the cell runs exactly as without the magic (same
         namespace, same exceptions and traceback), then the snapshot is written to
-        ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle`` (open it at pytorch.org/memory_viz), the
+        ``{layout}`` (open it at pytorch.org/memory_viz), the
         history is cleared and recording stops. The snapshot is written even when the cell
         raises or is interrupted. A one-line summary follows: peak, increase over the start,
         what the step kept, the change against the previous step, the file.
@@ -88,13 +89,7 @@ class MemsnapMagics(Magics):
         except BackendError as e:
             raise UsageError(f"%%memsnap: {e}") from None
         except Exception as e:
-            import warnings
-
-            warnings.warn(
-                f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warn(f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded")
             return False
         return True
 
@@ -178,7 +173,9 @@ def _docstring() -> str:
     indent = " " * 12
     commands = f"\n{indent}".join(f"%memsnap {c.usage:<24}{c.help}" for c in COMMANDS.values())
     usage = options.usage().replace("\n", "\n" + indent)
-    doc = (MemsnapMagics.memsnap.__doc__ or "").replace("{usage}", usage).replace("{commands}", commands)
+    doc = MemsnapMagics.memsnap.__doc__ or ""
+    for key, text in (("{usage}", usage), ("{commands}", commands), ("{layout}", LAYOUT)):
+        doc = doc.replace(key, text)
     return doc + "\n" + options.help_text(indent=8)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .layout import LAYOUT
 from .schema import excerpt
 from .values import Boolean, Choice, Device, Folder, Integer, Steps, Tag, Value
 
@@ -49,8 +50,7 @@ class Options:
     out: str = _option(
         "memsnap",
         Folder(),
-        "Folder for snapshots: <out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle (verl's "
-        "layout). Relative to the current directory.",
+        f"Folder for snapshots: {LAYOUT} (verl's layout). Relative to the current directory.",
         "out=runs/memory",
     )
     tag: str = _option("torch_memory", Tag(), "File name prefix.", "tag=forward")

@@ -43,7 +43,8 @@ def end_blocks(
     end, those of ``at_least`` bytes (segments smaller than that are skipped whole)."""
     addrs, sizes, blocks = [], [], []
     for seg in segments:
-        if seg["device"] != device or seg.get("total_size", at_least) < at_least:
+        total = seg.get("total_size")
+        if seg["device"] != device or (total is not None and total < at_least):
             continue
         a = seg["address"]
         for b in seg["blocks"]:

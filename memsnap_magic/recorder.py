@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
-from .state import STATE
+from .state import STATE, warn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -104,23 +103,30 @@ class Recorder:
         from . import backends
 
         o = self.options
-        backend = backends.get_backend(backends.resolve_device(o.device), o)
-        outer = next((r for r in STATE.active if getattr(r, "_backend", None) is backend), None)
-        if outer is not None:
-            warnings.warn(
+        backend = backends.get_backend(backends.resolve_device(o.device))
+        outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
+        if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
+            warn(
                 f"memsnap: {backend.device} is already recorded by an enclosing block "
                 f"({describe_recorder(outer)}); this one runs unrecorded inside it",
-                RuntimeWarning,
                 stacklevel=2,
             )
             return self
-        self._backend = backend
+        backend.configure(o)
         self._rank = resolve_rank(o.rank)
-        if self.steps is None:  # the one place a step number is picked
-            self._current = o.step if o.step is not None else self.session.next_step()
-            backend.begin(fresh=False, namespace=self.namespace)
-        else:
-            backend.warm_up()
+        try:
+            if self.steps is None:  # the one place a step number is picked
+                self._current = o.step if o.step is not None else self.session.next_step()
+                backend.begin(fresh=False, namespace=self.namespace)
+            else:
+                backend.warm_up()
+                backend.follow()  # the steps before the first listed one count for its start
+        except BaseException:  # nothing half-started is left recording
+            self._current = None
+            if backend.recording:
+                self._quietly(backend.end, keep=False)
+            raise
+        self._backend = backend
         STATE.active.append(self)
         return self
 
@@ -139,10 +145,9 @@ class Recorder:
                 self._finish(step, error, keep=keep, cleared=not keep)
         except KeyboardInterrupt:
             keep = False
-            warnings.warn(
+            warn(
                 f"memsnap: interrupted while taking or writing the snapshot of step {step}; "
                 "nothing was written and recording is off",
-                RuntimeWarning,
                 stacklevel=2,
             )
         finally:
@@ -172,6 +177,8 @@ class Recorder:
         if self._current is not None:  # on for a listed step whose begin(fresh=True) clears in place
             self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
             self._current = None
+            if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
+                self._quietly(self._backend.follow)
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
             self._quietly(self._backend.begin, fresh=True, namespace=self.namespace)
             self._current = step if self._backend.recording else None
@@ -181,9 +188,8 @@ class Recorder:
             return fn(*args, **kwargs)
         except Exception as e:  # our failure must never fail the user's cell
             device = self._backend.device if self._backend is not None else "?"
-            warnings.warn(
+            warn(
                 f"memsnap: {getattr(fn, '__name__', fn)} failed on {device}: {type(e).__name__}: {e}",
-                RuntimeWarning,
                 stacklevel=3,
             )
             return None
@@ -192,16 +198,15 @@ class Recorder:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
         from .intervals import interval_from_snapshot
-        from .layout import META_KEY, Meta, snapshot_path
+        from .layout import META_KEY, Meta, exception_name, snapshot_path
         from .snapshot import dump_snapshot
 
         backend, o = self._backend, self.options
         assert backend is not None
         if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
-            warnings.warn(
+            warn(
                 f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
                 "(%memsnap off?); nothing was written",
-                RuntimeWarning,
                 stacklevel=3,
             )
             return
@@ -218,7 +223,7 @@ class Recorder:
             tag=o.tag,
             pid=os.getpid(),
             end_us=end_us,
-            error=type(error).__name__ if error is not None else None,
+            error=exception_name(error) if error is not None else None,
             clear=cleared,
             allocator_peak_allocated=allocator_peak,
             context=o.context if backend.records_stacks else "none",
@@ -233,9 +238,8 @@ class Recorder:
             file_bytes = path.stat().st_size
         except Exception as e:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-            warnings.warn(
+            warn(
                 f"memsnap: could not write {path}: {reason}; the interval is kept in memory only",
-                RuntimeWarning,
                 stacklevel=3,
             )
             path = None
@@ -244,6 +248,11 @@ class Recorder:
         iv = self._quietly(interval_from_snapshot, snap, path, file_bytes=file_bytes)
         if iv is None:
             return
+        before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
+        if before is not None:
+            iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
+        if cleared:
+            STATE.last_end[backend.device] = (step, iv.end_allocated)
         previous = self.session.previous(iv)
         self.session.add(iv)
         self.intervals.append(iv)

@@ -6,11 +6,11 @@ The process-wide one is ``memsnap_magic.session()`` (kept in ``state``); the CLI
 from __future__ import annotations
 
 import types
-import warnings
 import weakref
 from typing import Any, Callable
 
 from .intervals import Interval
+from .state import warn
 
 
 class Session:
@@ -52,9 +52,7 @@ class Session:
             try:
                 listener(self)
             except Exception as e:  # a dashboard that fails to redraw must not fail a cell
-                warnings.warn(
-                    f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2
-                )
+                warn(f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}")
         return interval
 
     def subscribe(self, listener: Callable[[Session], None]) -> None:

@@ -15,6 +15,7 @@ import os
 import pickle
 import stat
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,24 @@ ENTRIES_PER_BYTE = 1  # what a file may stand for: trace entries, segments and b
 
 def max_file_bytes() -> int:
     """The largest file ``load_snapshot`` reads: ``$MEMSNAP_MAX_FILE_BYTES`` if set, else 4 GiB."""
-    raw = os.environ.get("MEMSNAP_MAX_FILE_BYTES", "")
-    return int(raw) if raw.isdigit() else MAX_FILE_BYTES
+    raw = os.environ.get("MEMSNAP_MAX_FILE_BYTES", "").strip()
+    if not raw:
+        return MAX_FILE_BYTES
+    if raw.isascii() and raw.isdigit() and len(raw) <= 20:
+        return int(raw)
+    _ignored_limit(raw)
+    return MAX_FILE_BYTES
+
+
+@functools.cache
+def _ignored_limit(raw: str) -> None:
+    """Say once per value that a malformed limit was ignored (a typo must not pass unseen)."""
+    warnings.warn(
+        f"memsnap: ignoring MEMSNAP_MAX_FILE_BYTES={excerpt(raw, 40)}: a whole number of bytes is "
+        f"allowed; using the default {MAX_FILE_BYTES:,}",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -53,8 +70,17 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise SnapshotError(f"{path}: cannot read: {e.strerror or e}") from None
-    with os.fdopen(fd, "rb", buffering=1 << 16) as f:
+    except ValueError as e:  # a NUL byte in the path
+        raise SnapshotError(f"{excerpt(str(path), 80)}: not a usable path ({_one_line(e)})") from None
+    try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise SnapshotError(f"{path}: a directory, not a snapshot file (read_intervals() reads a run's folder)")
+        f = os.fdopen(fd, "rb", buffering=1 << 16)
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         if not stat.S_ISREG(st.st_mode):
             raise SnapshotError(f"{path}: not a regular file (a device, pipe or socket is never read)")
         if st.st_size == 0:

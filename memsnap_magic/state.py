@@ -9,6 +9,7 @@ warnings already given. Importing this module imports nothing else of ours.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +22,7 @@ class Marked(Protocol):
     """What ``mark()`` needs of a running ``Recorder``."""
 
     steps: tuple[int, ...] | None
+    _backend: Backend | None
 
     def mark_step(self, step: int) -> None: ...
 
@@ -30,9 +32,10 @@ class State:
         self._session: Session | None = None
         self.active: list[Marked] = []  # the Recorders running now, innermost last
         self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
-        self.recording_kinds: set[str] = set()  # accelerator kinds with history recording on
+        self.recording_kinds: dict[str, str] = {}  # accelerator kind -> the device whose history it records
         self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
         self.warned: set[str] = set()  # keys of the one-time warnings already given
+        self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
 
     @property
     def session(self) -> Session:
@@ -57,14 +60,14 @@ class State:
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
         if failures:
-            warnings.warn("memsnap: could not stop recording on " + "; ".join(failures), RuntimeWarning, stacklevel=2)
+            warn("memsnap: could not stop recording on " + "; ".join(failures))
         return stopped
 
     def warn_once(self, key: str, message: str) -> None:
         """Warn with ``message`` the first time ``key`` comes up in this process."""
         if key not in self.warned:
             self.warned.add(key)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            warn(message, stacklevel=3)
 
     def reset(self) -> None:
         """Stop our recordings and forget intervals, session defaults and dashboards, as in a
@@ -74,10 +77,20 @@ class State:
         self.active.clear()
         self.backends.clear()
         self.recording_kinds.clear()
+        self.last_end.clear()
         self._session = None
 
 
 STATE = State()
+
+
+def warn(message: str, stacklevel: int = 2) -> None:
+    """One RuntimeWarning about our own trouble, which never raises: under ``-W error`` (or
+    pytest's ``filterwarnings = error``) it is printed to stderr instead of failing the user's cell."""
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+    except Exception:
+        print(f"RuntimeWarning: {message}", file=sys.stderr)
 
 
 def session() -> Session:

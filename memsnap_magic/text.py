@@ -73,6 +73,8 @@ def describe(iv: Interval, previous: Interval | None) -> str:
         parts.append(f"cell raised {iv.error}")
     if iv.incomplete:
         parts.append(f"incomplete: {iv.incomplete}")
+    if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
+        parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
     parts.append(f"-> {clean(str(iv.path))}" if iv.path is not None else "-> not written")
     return " · ".join(parts)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from .backends.registry import KINDS
-from .layout import TAG_PATTERN
+from .layout import MAX_STEP, TAG_PATTERN
 
 
 class Value:
@@ -42,9 +42,11 @@ class Value:
 
 
 class Integer(Value):
+    """A whole number in ``lowest..MAX_STEP-1``: larger ones are no step, rank or ring size a file may hold."""
+
     def __init__(self, lowest: int, metavar: str = "N") -> None:
         self.lowest, self._metavar = lowest, metavar
-        self._allowed = f"an integer >= {lowest}"
+        self._allowed = f"an integer from {lowest} to {MAX_STEP - 1:,}"
 
     def parse(self, text: str) -> int:
         try:
@@ -58,7 +60,9 @@ class Integer(Value):
             raise ValueError("not an integer")
         value = int(value)
         if value < self.lowest:
-            raise ValueError(f"must be >= {self.lowest}")
+            raise ValueError("too small")
+        if value >= MAX_STEP:
+            raise ValueError("too large")
         return value
 
 

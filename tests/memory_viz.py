@@ -57,3 +57,80 @@ def replay(snap: dict[str, Any], device: int) -> tuple[int, int, int]:
             total += elements[elem]
         highest = max(highest, total)
     return start, highest, total
+
+
+# --- "Allocator State History": the viewer replays backwards from the end state ----------------
+
+
+class ViewerError(Exception):
+    """Where the viewer's JavaScript throws (a TypeError reading ``occupied`` or ``addr`` of nothing)."""
+
+
+def _annotated(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The viewer's ``annotate_snapshot``: an adjacent free_requested + free_completed at one
+    address becomes one ``free``."""
+    out: list[dict[str, Any]] = []
+    for e in trace:
+        if (
+            e["action"] == "free_completed"
+            and out
+            and out[-1]["action"] == "free_requested"
+            and out[-1]["addr"] == e["addr"]
+        ):
+            out[-1] = dict(out[-1], action="free")
+            continue
+        out.append(dict(e))
+    return out
+
+
+def replay_backwards(snap: dict[str, Any], device: int) -> int:
+    """Undo the device's events from the newest, as ``simulate_memory`` does for every index the
+    user can click, and check what ``draw`` needs at each: every block inside a live segment.
+    Raises ``ViewerError`` where the viewer throws; returns the number of states checked."""
+    segments: list[list[int]] = []  # [address, size]
+    blocks: dict[int, int] = {}
+    for seg in snap["segments"]:
+        if seg["device"] != device:
+            continue
+        segments.append([seg["address"], seg["total_size"]])
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] in ("active_allocated", "active_pending_free"):
+                blocks[addr] = b["size"]
+            addr += b["size"]
+
+    def containing(addr: int) -> list[int] | None:
+        return next((s for s in segments if s[0] <= addr < s[0] + s[1]), None)
+
+    def check_block(addr: int, i: int) -> None:
+        if containing(addr) is None:
+            raise ViewerError(f"state before event {i + 1}: block {addr:#x} lies in no segment")
+
+    for addr in blocks:
+        check_block(addr, len(snap["device_traces"][device]) - 1)
+    events = _annotated(snap["device_traces"][device])
+    for i in range(len(events) - 1, -1, -1):
+        e = events[i]
+        action, addr = e["action"], e.get("addr")
+        if action in ("free", "free_completed"):
+            blocks[addr] = e["size"]
+            check_block(addr, i - 1)
+        elif action == "free_requested":
+            if addr not in blocks:
+                raise ViewerError(f"event {i}: free_requested of block {addr:#x}, which is not there")
+        elif action == "alloc":
+            blocks.pop(addr, None)
+        elif action in ("segment_free", "segment_unmap"):
+            segments.append([addr, e["size"]])
+        elif action in ("segment_alloc", "segment_map"):
+            end = addr + e["size"]
+            seg = next((s for s in segments if s[0] <= addr and end <= s[0] + s[1]), None)
+            if seg is None:
+                raise ViewerError(f"event {i}: undoing {action} of {addr:#x}, a segment that is not there")
+            seg_end = seg[0] + seg[1]
+            segments.remove(seg)
+            segments.extend(part for part in ([seg[0], addr - seg[0]], [end, seg_end - end]) if part[1] > 0)
+            for b in blocks:  # blocks left in the removed range are drawn in no segment
+                if addr <= b < end:
+                    raise ViewerError(f"state before event {i}: block {b:#x} lies in no segment")
+    return len(events)

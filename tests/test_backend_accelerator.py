@@ -13,6 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from memsnap_magic import backends, session
+from memsnap_magic.backends import BackendError
 from memsnap_magic.backends.accelerator import AcceleratorBackend
 from memsnap_magic.options import Options
 
@@ -172,16 +173,22 @@ def test_a_continued_chain_keeps_the_allocator_peak_of_the_whole_chain(shell, fa
     assert two.peak_allocated == two.allocator_peak_allocated == 100
 
 
-def test_stopping_one_device_stops_the_kind_for_all(fake):
+def test_one_device_of_a_kind_owns_the_history_at_a_time(fake):
     fa = fake
     zero = AcceleratorBackend("cuda", 0, fa.device, fa.memory)
     one = AcceleratorBackend("cuda", 1, fa.device, fa.memory)
     for b in (zero, one):
         b.configure(Options())
     zero.begin(fresh=True)
-    assert one.recording
-    one.end(keep=False)  # enabled=None stops and clears every CUDA device
+    assert zero.recording and not one.recording
+    with pytest.raises(BackendError, match="cuda:0 is still recording"):
+        one.begin(fresh=True)  # enabled=None would stop and clear cuda:0's chain too
+    one.end(keep=False)  # not the owner: leaves cuda:0's history alone
+    assert zero.recording and fa.enabled == "all"
+    zero.end(keep=False)
     assert not zero.recording and fa.enabled is None
+    one.begin(fresh=True)
+    assert one.recording
 
 
 def test_unload_stops_recording(shell, fake):

@@ -16,10 +16,13 @@ def test_events_become_a_memory_viz_shaped_snapshot():
     events = [(1_000_000, 0xA, 100), (2_000_000, 0xB, 50), (3_000_000, 0xA, -100)]
     snap = build_snapshot(events, {}, {}, end_us=4000, max_entries=1000)
     assert [(e["action"], e["addr"], e["size"], e["time_us"]) for e in snap["device_traces"][0]] == [
+        ("segment_alloc", 0xA, 100, 1000),  # each CPU block is a segment of its own
         ("alloc", 0xA, 100, 1000),
+        ("segment_alloc", 0xB, 50, 2000),
         ("alloc", 0xB, 50, 2000),
         ("free_requested", 0xA, 100, 3000),
         ("free_completed", 0xA, 100, 3000),
+        ("segment_free", 0xA, 100, 3000),
     ]
     (seg,) = snap["segments"]
     assert seg["address"] == 0xB and seg["total_size"] == 50 and seg["device"] == 0
@@ -37,7 +40,7 @@ def test_baseline_from_live_storages_and_silent_frees():
     end = {0xA: 10 * MiB, 0xC: 1 * MiB, 0xD: MiB}
     events = [(1000, 0xD, MiB), (2000, 0xC, MiB)]
     snap = build_snapshot(events, start, end, end_us=9, max_entries=1000)
-    actions = [(e["action"], e["addr"]) for e in snap["device_traces"][0]]
+    actions = [(e["action"], e["addr"]) for e in snap["device_traces"][0] if not e["action"].startswith("segment")]
     assert actions == [
         ("alloc", 0xD),
         ("free_requested", 0xC),
@@ -55,7 +58,7 @@ def test_baseline_from_live_storages_and_silent_frees():
 def test_reported_free_of_an_old_block_is_not_doubled():
     start = {0xA: 3 * MiB}
     snap = build_snapshot([(5, 0xA, -3 * MiB)], start, {}, end_us=9, max_entries=1000)
-    assert len(snap["device_traces"][0]) == 2
+    assert [e["action"] for e in snap["device_traces"][0]] == ["free_requested", "free_completed", "segment_free"]
     s = summarize(snap)
     assert (s.baseline_allocated, s.end_allocated) == (3 * MiB, 0)
 
@@ -64,9 +67,9 @@ def test_max_entries_keeps_the_newest_and_stays_consistent():
     events = [(i, 0x100 + i, 10) for i in range(50)]
     snap = build_snapshot(events, {}, {}, end_us=99, max_entries=20)
     trace = snap["device_traces"][0]
-    assert len(trace) == 20 and trace[-1]["addr"] == 0x100 + 49
+    assert len(trace) == 20 and trace[-1]["addr"] == 0x100 + 49  # the newest 10 allocations, with segments
     s = summarize(snap)
-    assert s.end_allocated == 500 and s.baseline_allocated == 300
+    assert s.end_allocated == 500 and s.baseline_allocated == 400
 
 
 def test_live_storages_walks_modules_optimizers_containers_and_objects():
@@ -154,7 +157,7 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell):
         history = History(newest, live_start)
         for roots in sessions:
             history.add(roots)
-        assert history.snapshot(live_end, 10**15, newest) == cpu_reference.build_snapshot(
+        assert history.snapshot(live_end, 10**15, newest, segment_events=False) == cpu_reference.build_snapshot(
             events, live_start, live_end, 10**15, newest
         )
 
@@ -173,6 +176,34 @@ def test_build_snapshot_matches_the_walk_on_any_events(moves, live_start, end_ke
 
     events = [(1000 * i, ptr, size) for i, (ptr, size) in enumerate(moves)]
     live_end = {p: live_start.get(p, 1) for p in end_keys}
-    assert build_snapshot(events, live_start, live_end, 99_000, newest) == cpu_reference.build_snapshot(
+    assert build_snapshot(events, live_start, live_end, 99_000, newest, False) == cpu_reference.build_snapshot(
         events, live_start, live_end, 99_000, newest
     )
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([0x10, 0x20, 0x30, 0x40]), st.integers(1, 5), st.booleans()), max_size=40),
+    st.dictionaries(st.sampled_from([0x10, 0x20, 0x50]), st.integers(1, 9)),
+    st.sets(st.sampled_from([0x10, 0x20, 0x50])),
+    st.integers(1, 80),
+)
+@settings(max_examples=500, deadline=None)
+def test_every_state_of_a_cpu_dump_is_one_the_viewer_can_draw(moves, live_start, end_keys, newest):
+    # a free only of what is live, as the allocator reports; windows of any size; silent frees
+    from memory_viz import replay_backwards
+
+    from memsnap_magic.backends.cpu_history import build_snapshot
+
+    live: dict[int, int] = dict(live_start)
+    touched: set[int] = set()  # a block live at the start may have been freed unseen: its address reused
+    events = []
+    for i, (ptr, size, free) in enumerate(moves):
+        if free and ptr in live:
+            events.append((1000 * i, ptr, -live.pop(ptr)))
+        elif not free and (ptr not in live or (ptr in live_start and ptr not in touched)):
+            live[ptr] = size
+            events.append((1000 * i, ptr, size))
+        touched.add(ptr)
+    live_end = {p: live_start.get(p, 1) for p in end_keys}
+    snap = build_snapshot(events, live_start, live_end, 99_000, newest)
+    replay_backwards(snap, 0)

@@ -26,7 +26,6 @@ class FakeBackend(Backend):
 
     def __init__(self, device: str) -> None:
         self.device = device
-        self.trace_index = int(device.partition(":")[2])
         self.recording = False
         self.trace: list[dict[str, Any]] = []
         self.live: dict[int, int] = {}

@@ -50,3 +50,39 @@ def test_memory_viz_replay_gives_the_same_baseline_peak_and_end(dumps, n):
     s = summarize(snap)
     assert replay(snap, 0) == (s.baseline_allocated, s.peak_allocated, s.end_allocated)
     assert s.peak_allocated > s.baseline_allocated or n in (1, 3)  # 3: a silent free may come first
+
+
+@pytest.mark.parametrize("n", range(len(CELLS)))
+def test_the_viewers_backward_replay_finds_every_block_in_a_segment(dumps, n):
+    from memory_viz import replay_backwards
+
+    trace = dumps[n]["device_traces"][0]
+    assert any(e["action"] == "segment_free" for e in trace) or n == 0
+    assert replay_backwards(dumps[n], 0) > 0  # every state the viewer can show, checked
+
+
+@pytest.mark.parametrize("name", ["cuda_step.pickle", "cuda_oom.pickle"])
+def test_the_backward_replay_takes_real_cuda_files(name):
+    from pathlib import Path
+
+    from memory_viz import replay_backwards
+
+    snap = load_snapshot(Path(__file__).parent / "data" / name)
+    assert replay_backwards(snap, 0) > 0
+
+
+def test_the_backward_replay_fails_where_the_viewer_does():
+    # so it cannot simply agree with our writer: the two ways the viewer throws
+    from memory_viz import ViewerError, replay_backwards
+
+    from memsnap_magic.backends.cpu_history import build_snapshot
+
+    events = [(1000, 0xA0, 64), (2000, 0xB0, 32), (3000, 0xA0, -64)]
+    without = build_snapshot(events, {}, {}, end_us=9, max_entries=100, segment_events=False)
+    with pytest.raises(ViewerError, match="lies in no segment"):  # today's CPU dumps, before segments
+        replay_backwards(without, 0)
+    assert replay_backwards(build_snapshot(events, {}, {}, end_us=9, max_entries=100), 0) > 0
+    orphan = build_snapshot(events, {}, {}, end_us=9, max_entries=100)
+    orphan["device_traces"][0].insert(0, {"action": "segment_alloc", "addr": 0xF00, "size": 8, "stream": 0})
+    with pytest.raises(ViewerError, match="a segment that is not there"):
+        replay_backwards(orphan, 0)

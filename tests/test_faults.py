@@ -278,6 +278,27 @@ def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell):
     assert session().intervals[0].error == "Sticky"
 
 
+@pytest.mark.parametrize(
+    "define, written",
+    [
+        ("class Ошибка(Exception): pass\nE = Ошибка", "Ошибка"),
+        ("E = type('no such name', (KeyError,), {})", "KeyError"),
+        ("E = type('x' * 300, (Exception,), {})", "Exception"),
+    ],
+    ids=["non-ASCII", "spaces", "too long"],
+)
+def test_any_exception_name_makes_a_file_that_loads(shell, define, written):
+    from memsnap_magic.intervals import read_intervals
+
+    shell.run_cell(define)
+    res = shell.run_cell("%%memsnap device=cpu\nraise E('mine')")
+    assert type(res.error_in_exec) is shell.user_ns["E"]
+    (iv,) = session().intervals
+    assert iv.error == written
+    (again,) = read_intervals([iv.path])
+    assert again.error == written
+
+
 def test_tags_that_would_hide_files_are_refused(shell):
     from IPython.core.error import UsageError
 

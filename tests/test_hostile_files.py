@@ -191,6 +191,17 @@ def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
     assert png(detail_figure(iv))[:4] == b"\x89PNG"
 
 
+def test_sums_written_as_none_are_read_as_absent(tmp_path):
+    from memsnap_magic.intervals import read_interval
+
+    snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
+    seg = snap["segments"][0]
+    seg.update(requested_size=None, total_size=None, allocated_size=64, active_size=64)
+    iv = read_interval(write(tmp_path, snap), 1)
+    assert (iv.peak_allocated, iv.end_allocated) == (96, 64)
+    assert sorted(b["size"] for b in iv.top_blocks) == [32, 64]  # alive at the peak
+
+
 def test_things_that_are_not_regular_files_are_refused_unread(tmp_path):
     fifo = tmp_path / "pipe.pickle"
     os.mkfifo(fifo)
@@ -214,6 +225,21 @@ def test_a_file_over_the_limit_is_refused_before_reading(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMSNAP_MAX_FILE_BYTES", "10")
     with pytest.raises(SnapshotError, match="over the 10-byte limit"):
         load_snapshot(small)
+    monkeypatch.setenv("MEMSNAP_MAX_FILE_BYTES", "4G")  # a typo is said, and the default applies
+    with pytest.warns(RuntimeWarning, match="ignoring MEMSNAP_MAX_FILE_BYTES='4G'"):
+        assert load_snapshot(small)["segments"]
+
+
+def test_paths_that_name_no_file_are_one_line(tmp_path):
+    before = len(os.listdir("/proc/self/fd"))
+    for path, words in [
+        (tmp_path, "a directory, not a snapshot file"),
+        (tmp_path / "missing.pickle", "cannot read: No such file"),
+        ("bad\x00name.pickle", "not a usable path"),
+    ]:
+        with pytest.raises(SnapshotError, match=words):
+            load_snapshot(path)
+    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor left open
 
 
 @pytest.mark.parametrize(

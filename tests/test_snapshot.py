@@ -121,3 +121,20 @@ def test_corrupted_files_raise_only_snapshot_error(tmp_path, flips, cut):
     except SnapshotError:
         return
     summarize(snap)  # whatever loads must also summarise without error
+
+
+@pytest.mark.parametrize(
+    "path, step, rank, tag",
+    [
+        ("step3/model_rank2_pid7-abc123.pickle", 3, 2, "model"),
+        ("step3/rank0_rank3_pid7-abc123.pickle", 3, 3, "rank0"),  # a tag that says rank itself
+        ("step12/memory_snapshot_rank5.pickle", 12, 5, "memory_snapshot"),
+        ("out/rank4.pkl", None, 4, None),
+        ("step1/cranky7.pickle", 1, None, None),  # "rank" inside a word is no rank
+        ("stepX/a_rank99999999999.pickle", None, None, None),  # beyond any rank: not read as one
+    ],
+)
+def test_the_path_names_step_rank_and_tag_as_verl_writes_them(path, step, rank, tag):
+    from memsnap_magic.layout import PathInfo, parse_path
+
+    assert parse_path(path) == PathInfo(step=step, rank=rank, tag=tag)

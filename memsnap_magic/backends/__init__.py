@@ -6,14 +6,10 @@ Backend modules load on first use, so importing this package imports neither tor
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from ..state import STATE
 from .base import Backend, BackendError
 from .registry import KINDS, Kind
-
-if TYPE_CHECKING:
-    from ..options import Options
 
 __all__ = ["KINDS", "Backend", "BackendError", "Kind", "backend_class", "get_backend", "resolve_device"]
 
@@ -48,12 +44,12 @@ def resolve_device(device: str) -> str:
     return f"{kind}:{i}"
 
 
-def get_backend(device: str, options: Options) -> Backend:
-    """The backend of a concrete device from ``resolve_device``, reused across cells."""
+def get_backend(device: str) -> Backend:
+    """The backend of a concrete device from ``resolve_device``, reused across cells; the caller
+    configures it once it knows the backend is free to record."""
     backend = STATE.backends.get(device)
     if backend is None:
         backend = STATE.backends[device] = _class(device).for_device(device)
-    backend.configure(options)
     return backend
 
 

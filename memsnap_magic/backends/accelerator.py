@@ -27,7 +27,8 @@ class AcceleratorBackend(Backend):
     """Recording on one accelerator device through its ``torch.<kind>.memory`` module.
 
     PyTorch records every device of a kind at once and ``enabled=None`` stops and clears them
-    all, so whether recording is on is kept per kind (in ``STATE``), shared by that kind's devices.
+    all, so one device of a kind owns the history at a time (``STATE.recording_kinds``); another
+    device of that kind cannot start while a ``clear=false`` chain on the owner goes on.
     """
 
     label = "PyTorch's allocator history"
@@ -37,7 +38,6 @@ class AcceleratorBackend(Backend):
     ) -> None:
         self.device = f"{kind}:{index}"
         self.kind, self.index = kind, index
-        self.trace_index = index
         self._dev = device_module
         self._mem = memory_module
         params = inspect.signature(memory_module._record_memory_history).parameters
@@ -87,14 +87,14 @@ class AcceleratorBackend(Backend):
 
     @property
     def recording(self) -> bool:
-        return self.kind in STATE.recording_kinds
+        return STATE.recording_kinds.get(self.kind) == self.device
 
     @recording.setter
     def recording(self, value: bool) -> None:
         if value:
-            STATE.recording_kinds.add(self.kind)
-        else:
-            STATE.recording_kinds.discard(self.kind)
+            STATE.recording_kinds[self.kind] = self.device
+        elif self.recording:
+            del STATE.recording_kinds[self.kind]
 
     def configure(self, options: Options) -> None:
         self._settings = {
@@ -118,6 +118,12 @@ class AcceleratorBackend(Backend):
             raise
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+        owner = STATE.recording_kinds.get(self.kind)
+        if owner is not None and owner != self.device:  # one history per kind: clearing it would cut that chain
+            raise BackendError(
+                f"{self.device}: {owner} is still recording (a clear=false chain); "
+                f"end it with a clear=true cell on {owner} or %memsnap off first"
+            )
         if self.recording and not fresh:
             return  # continuing a clear=false chain: history and peak stats span the chain
         if self.clear_route == "flag":
@@ -132,7 +138,7 @@ class AcceleratorBackend(Backend):
         return self._mem._snapshot()
 
     def end(self, *, keep: bool) -> None:
-        if keep:
+        if keep or not self.recording:
             return
         self._record(None)
         self.recording = False

@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .registry import trace_index
+
 if TYPE_CHECKING:
     from ..options import Options
 
@@ -27,7 +29,6 @@ class Backend(ABC):
     label: ClassVar[str] = "the allocator"  # how messages name this route
 
     device: str  # "cpu", "cuda:0", ...
-    trace_index: int  # which ``device_traces`` entry of a snapshot holds this device
     recording: bool
     incomplete: str | None = None  # set by snapshot(): why it holds less than the interval did
 
@@ -70,6 +71,21 @@ class Backend(ABC):
     @abstractmethod
     def end(self, *, keep: bool) -> None:
         """``keep``: leave recording on (cumulative). Otherwise stop and clear the history."""
+
+    def follow(self) -> None:
+        """Between the recorded steps of a ``steps=`` loop: keep track of what is allocated and
+        freed until the next ``begin``, where the end state alone would not tell (the CPU route).
+        ``end(keep=False)`` stops it too."""
+
+    @property
+    def family(self) -> str:
+        """The device family (``cuda`` of ``cuda:1``): PyTorch keeps one history per family."""
+        return self.device.partition(":")[0]
+
+    @property
+    def trace_index(self) -> int:
+        """Which ``device_traces`` entry of a snapshot holds this device (as files are read back)."""
+        return trace_index(self.device)
 
     def allocator_peak(self) -> int | None:
         """The allocator's own peak since ``begin`` (bytes, rounded), where ``has_allocator_peak``."""

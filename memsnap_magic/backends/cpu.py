@@ -121,21 +121,23 @@ class CpuBackend(Backend):
     label = "the CPU route"
 
     device = "cpu"
-    trace_index = 0
 
     def __init__(self) -> None:
         if STATE.cpu_profiler is None:
             STATE.cpu_profiler = _Profiler()
         self._profiler: _Profiler = STATE.cpu_profiler
-        self._open = False
+        self._open = False  # an interval is being recorded
+        self._gap = False  # a session that only follows what is allocated and freed (steps= loops)
         self._history = History(0, {})
         self._live_start: dict[int, int] = {}
+        self._assumed: dict[int, int] = {}  # carried into this interval: live unless its events say not
+        self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
 
     @property
     def recording(self) -> bool:
-        return self._open
+        return self._open or self._gap
 
     @classmethod
     def available(cls, kind: str) -> bool:
@@ -148,16 +150,23 @@ class CpuBackend(Backend):
 
     def configure(self, options: Options) -> None:
         self._max_entries = options.max_entries
+        if self._open:  # a clear=false chain goes on with this cell's ring size
+            self._history.keep_newest(self._max_entries)
 
     def warm_up(self) -> None:
         self._profiler.warm_up()
 
     def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+        """Open an interval. Its start holds the tensors in the namespace and the blocks the last
+        interval ended with (an autograd graph kept in a list stays counted), updated by what a
+        followed gap saw allocated and freed."""
         from torch._C._autograd import _profiler_enabled
 
         if self._open and not fresh:
             return
-        if self._profiler.running:
+        if self._gap:
+            self._close_gap()
+        elif self._profiler.running:
             self._profiler.stop()  # a fresh history: what it held is dropped
         elif _profiler_enabled():
             raise BackendError(
@@ -167,7 +176,9 @@ class CpuBackend(Backend):
         self._profiler.warm_up()
         self._namespace = namespace
         self.incomplete = None
-        self._live_start = live_storages(namespace) if namespace is not None else {}
+        walked = live_storages(namespace) if namespace is not None else {}
+        self._assumed = dict(self._carried)
+        self._live_start = {**walked, **self._assumed}
         self._history = History(self._max_entries, self._live_start)
         self._profiler.start()
         self._open = True
@@ -181,12 +192,23 @@ class CpuBackend(Backend):
             else:
                 self._history.add(roots)
                 _warn_if_huge(self._history.count)
-        live_end = live_storages(self._namespace) if self._namespace is not None else {}
-        return self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries)
+        walked = live_storages(self._namespace) if self._namespace is not None else {}
+        snap = self._history.snapshot({**walked, **self._assumed}, time.time_ns() // 1000, self._max_entries)
+        self._carried = {b["address"]: b["requested_size"] for seg in snap["segments"] for b in seg["blocks"]}
+        return snap
+
+    def follow(self) -> None:
+        from torch._C._autograd import _profiler_enabled
+
+        if not self._open and not self._gap and not _profiler_enabled():
+            self._profiler.start()
+            self._gap = True
 
     def end(self, *, keep: bool) -> None:
         from torch._C._autograd import _profiler_enabled
 
+        if self._gap and not keep:
+            self._close_gap()
         if not self._open:
             return
         if keep:  # a clear=false chain goes on recording between cells
@@ -197,8 +219,22 @@ class CpuBackend(Backend):
             self._profiler.stop()
         self._open = False
         self._history = History(0, {})
-        self._live_start = {}
+        self._live_start, self._assumed = {}, {}
         self._namespace = None
+
+    def _close_gap(self) -> None:
+        """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave."""
+        self._gap = False
+        roots = self._profiler.stop()
+        if roots is None:  # a torch.profiler took the session over: what happened is unknown
+            return
+        gap = History(0, {})
+        gap.add(roots)
+        for ptr, size in gap.tables.last.items():
+            if size > 0:
+                self._carried[ptr] = size
+            else:
+                self._carried.pop(ptr, None)
 
 
 HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs

@@ -34,9 +34,9 @@ class _Tables:
 
     def fold(self, ptrs: list[int], sizes: list[int]) -> None:
         if self.watch:
-            for ptr in set(compress(ptrs, map(self.watch.__contains__, ptrs))):
-                i = ptrs.index(ptr)
-                self.first[ptr], self.first_index[ptr] = sizes[i], self.count + i
+            hits = list(compress(range(len(ptrs)), map(self.watch.__contains__, ptrs)))
+            for i in reversed(hits):  # the earliest event of each watched address is written last
+                self.first[ptrs[i]], self.first_index[ptrs[i]] = sizes[i], self.count + i
             self.watch -= self.first.keys()
         self.last.update(zip(ptrs, sizes))
         self.count += len(ptrs)
@@ -65,6 +65,11 @@ class History:
     def count(self) -> int:
         return self.tables.count
 
+    def keep_newest(self, newest: int) -> None:
+        """Keep the newest ``newest`` events in full from now on (a chain's cell asked for another size)."""
+        if newest != self.window.maxlen:
+            self.window = deque(self.window, maxlen=newest)
+
     def add(self, roots: list[Any]) -> None:
         """The events of one profiler session: its event tree's roots, in time order."""
         try:
@@ -82,11 +87,18 @@ class History:
         self.tables.fold([e[1] for e in events], [e[2] for e in events])
         self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
 
-    def snapshot(self, live_end: dict[int, int], end_us: int, max_entries: int) -> dict[str, Any]:
+    def snapshot(
+        self, live_end: dict[int, int], end_us: int, max_entries: int, segment_events: bool = True
+    ) -> dict[str, Any]:
         """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
 
-        ``live_end``: the namespace's tensors when the interval ended.
+        ``live_end``: the namespace's tensors when the interval ended. ``segment_events``: each
+        block is its own segment (the CPU allocator has none), so an allocation is preceded by its
+        ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
+        backwards from the end state, then finds every block it restores inside a segment.
         """
+        alloc_entries = _alloc_entries if segment_events else _bare_alloc_entries
+        free_entries = _free_entries if segment_events else _bare_free_entries
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
         # interval, or they are gone at the end and the interval never mentions them.
@@ -103,12 +115,12 @@ class History:
             if size > 0:
                 gone = pending.pop(ptr, None)
                 if gone is not None:
-                    trace += _free_entries(ptr, gone, t_us)
-                trace.append({"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
+                    trace += free_entries(ptr, gone, t_us)
+                trace += alloc_entries(ptr, size, t_us)
             else:
-                trace += _free_entries(ptr, -size, t_us)
+                trace += free_entries(ptr, -size, t_us)
         for ptr, size in pending.items():  # never allocated again: freed at the end, at the latest
-            trace += _free_entries(ptr, size, end_us)
+            trace += free_entries(ptr, size, end_us)
         blocks = {p: s for p, s in t.last.items() if s > 0}
         for ptr, size in live_start.items():  # live throughout, as far as the events tell
             if ptr in live_end and ptr not in t.last:
@@ -153,12 +165,15 @@ def _other_devices_may_allocate() -> bool:
 
     import torch
 
-    return (
-        torch.cuda.is_initialized()
-        or any(m in sys.modules for m in ("torch_npu", "intel_extension_for_pytorch"))
-        or (hasattr(torch, "xpu") and torch.xpu.is_initialized())
-        or (hasattr(torch.backends, "mps") and torch.backends.mps.is_available())
-    )
+    from .registry import KINDS
+
+    for kind in KINDS:
+        module = getattr(torch, kind, None) if kind != "cpu" else None  # torch.npu: once torch_npu is in
+        if module is not None and getattr(module, "is_initialized", lambda: True)():
+            return True
+    # MPS has no history API to record it by, but its allocations reach the profiler all the same
+    mps = getattr(torch.backends, "mps", None)
+    return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
 
 
 def _allocations(roots: list[Any]) -> list[Any]:
@@ -175,11 +190,24 @@ def _allocations(roots: list[Any]) -> list[Any]:
     return found
 
 
+def _entry(action: str, ptr: int, size: int, t_us: int) -> dict[str, Any]:
+    return {"action": action, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+
+
+def _bare_alloc_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
+    return [_entry("alloc", ptr, size, t_us)]
+
+
+def _bare_free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
+    return [_entry("free_requested", ptr, size, t_us), _entry("free_completed", ptr, size, t_us)]
+
+
+def _alloc_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
+    return [_entry("segment_alloc", ptr, size, t_us), _entry("alloc", ptr, size, t_us)]
+
+
 def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [
-        {"action": a, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-        for a in ("free_requested", "free_completed")
-    ]
+    return [*_bare_free_entries(ptr, size, t_us), _entry("segment_free", ptr, size, t_us)]
 
 
 def _segment(ptr: int, size: int) -> dict[str, Any]:
@@ -206,8 +234,9 @@ def build_snapshot(
     live_end: dict[int, int],
     end_us: int,
     max_entries: int,
+    segment_events: bool = True,
 ) -> dict[str, Any]:
     """The snapshot of ``(time_ns, ptr, signed size)`` events and the walked live storages."""
     history = History(max_entries, live_start)
     history.add_events(events)
-    return history.snapshot(live_end, end_us, max_entries)
+    return history.snapshot(live_end, end_us, max_entries, segment_events)

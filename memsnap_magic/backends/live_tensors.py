@@ -33,10 +33,7 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT
     def add(t: torch.Tensor) -> None:
         if t.device.type != "cpu" or t.layout != torch.strided:
             return
-        try:
-            s = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
+        s = t.untyped_storage()
         if s.nbytes():
             found[s.data_ptr()] = s.nbytes()
 
@@ -48,27 +45,31 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT
 
     def visit(obj: Any, level: int) -> None:
         left[0] -= 1
-        if isinstance(obj, skip) or id(obj) in seen:
+        kind = type(obj)  # type() never runs the object's code; isinstance may (a __class__ property)
+        if issubclass(kind, skip) or id(obj) in seen:
             return
         seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            add(obj)
-            if obj.is_leaf and obj.grad is not None:
-                add(obj.grad)
-        elif isinstance(obj, torch.nn.Module):
-            visit_all(chain(obj.parameters(), obj.buffers()), 0)
-        elif isinstance(obj, torch.optim.Optimizer):
-            visit_all(obj.state.values(), 1)
-        elif level <= 0:
+        try:
+            if issubclass(kind, torch.Tensor):
+                add(obj)
+                if obj.is_leaf and obj.grad is not None:
+                    add(obj.grad)
+            elif issubclass(kind, torch.nn.Module):
+                visit_all(chain(obj.parameters(), obj.buffers()), 0)
+            elif issubclass(kind, torch.optim.Optimizer):
+                visit_all(obj.state.values(), 1)
+            elif level <= 0:
+                return
+            elif issubclass(kind, dict):
+                visit_all(obj.values(), level - 1)
+            elif issubclass(kind, (list, tuple, set, frozenset)):
+                visit_all(obj, level - 1)
+            else:
+                attrs = obj.__dict__ if hasattr(obj, "__dict__") else None
+                if type(attrs) is dict:
+                    visit_all(attrs.values(), level - 1)
+        except Exception:  # a lazy module not yet built, a __getattr__ that raises: not a tensor we can read
             return
-        elif isinstance(obj, dict):
-            visit_all(obj.values(), level - 1)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            visit_all(obj, level - 1)
-        else:
-            attrs = getattr(obj, "__dict__", None)
-            if isinstance(attrs, dict):
-                visit_all(attrs.values(), level - 1)
 
     if isinstance(roots, dict):
         names = (v for k, v in roots.items() if not (isinstance(k, str) and k.startswith("_")))

@@ -24,3 +24,11 @@ KINDS: dict[str, Kind] = {
     "npu": Kind("accelerator", "AcceleratorBackend"),  # Ascend, through torch_npu
     "cpu": Kind("cpu", "CpuBackend", indexed=False),
 }
+
+
+def trace_index(device: str) -> int:
+    """Which ``device_traces`` entry of a snapshot holds ``device``: PyTorch keeps one per index of
+    the family (``cuda:3`` → 3); a family without indices (the CPU) has its one trace at 0."""
+    kind, _, index = device.partition(":")
+    spec = KINDS.get(kind)
+    return int(index) if index.isascii() and index.isdigit() and (spec is None or spec.indexed) else 0
