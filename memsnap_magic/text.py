@@ -132,7 +132,7 @@ def loaded_line(intervals: Sequence[Interval]) -> str:
 # Frames: a recorded stack runs from the allocation out through the user's code, the magic,
 # IPython and the kernel. People want their cells first, then the library code that allocated.
 _INPUT = re.compile(r"^<ipython-input-(\d+)-")
-_RUNS_CELLS = re.compile(r"[/\\]memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
+_RUNS_CELLS = re.compile(r"(?:^|[/\\])memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
 _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
 
 
@@ -144,7 +144,7 @@ def _field(frame: dict[str, Any], key: str) -> str:
 
 def _line(frame: dict[str, Any]) -> int | str:
     line = frame.get("line")
-    return line if type(line) is int and -(1 << 31) < line < 1 << 31 else "?"
+    return line if type(line) is int and 0 < line < 1 << 31 else "?"  # 0: a module's entry, no line yet
 
 
 def _is_cell_frame(frame: dict[str, Any]) -> bool:
@@ -185,6 +185,8 @@ def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
         return f"{backend.label} records no stacks"
     if iv.context in ("none", "state"):
         return f"recorded with context={iv.context}: trace entries carry no stack"
+    if backend is not None and block.get("size", 0) < backend.stack_bytes:
+        return f"{backend.label} records stacks of allocations of {fmt_bytes(backend.stack_bytes)} or more"
     return "no Python frames (allocated from C++ or the autograd thread)"
 
 

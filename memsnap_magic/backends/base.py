@@ -23,6 +23,7 @@ class BackendError(RuntimeError):
 class Backend(ABC):
     # Capabilities, read by the recorder and by the text that explains a recording.
     records_stacks: ClassVar[bool] = True  # trace entries can carry Python frames
+    stack_bytes: ClassVar[int] = 0  # only allocations this large carry them
     has_allocator_peak: ClassVar[bool] = True  # the allocator keeps a peak of its own
     clears_in_place: ClassVar[bool] = True  # begin(fresh=True) while recording starts a new history
     host: ClassVar[bool] = False  # records host (CPU) memory

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
-from .cpu_history import History
+from .cpu_history import STACK_BYTES, History
 from .live_tensors import live_storages
 
 if TYPE_CHECKING:
@@ -42,7 +42,11 @@ class _Profiler:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
         from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
 
-        self._config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
+        # (state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental)
+        self._configs = {
+            stacks: ProfilerConfig(ProfilerState.KINETO, False, True, stacks, False, False, _ExperimentalConfig())
+            for stacks in (False, True)
+        }
         self._activities = {ProfilerActivity.CPU}
         self._scopes = {RecordScope.USER_SCOPE}
         self._warm = False
@@ -68,11 +72,13 @@ class _Profiler:
             os.close(null)
         self._warm = True
 
-    def start(self) -> None:
+    def start(self, stacks: bool = False) -> None:
+        """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
         from torch._C._autograd import _enable_profiler, _prepare_profiler
 
-        _prepare_profiler(self._config, self._activities)
-        _enable_profiler(self._config, self._activities, self._scopes)
+        config = self._configs[stacks]
+        _prepare_profiler(config, self._activities)
+        _enable_profiler(config, self._activities, self._scopes)
         self.running = True
 
     def stop(self) -> list[Any] | None:
@@ -114,8 +120,8 @@ class CpuBackend(Backend):
     stopped, so ``snapshot`` stops it and ``end(keep=True)`` starts it again for a chain.
     """
 
-    records_stacks = False
     has_allocator_peak = False
+    stack_bytes = STACK_BYTES
     clears_in_place = False  # reading the events ends the profiler session: a new step starts a new one
     host = True
     label = "the CPU route"
@@ -132,6 +138,8 @@ class CpuBackend(Backend):
         self._live_start: dict[int, int] = {}
         self._assumed: dict[int, int] = {}  # carried into this interval: live unless its events say not
         self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
+        self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
+        self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
 
@@ -150,6 +158,7 @@ class CpuBackend(Backend):
 
     def configure(self, options: Options) -> None:
         self._max_entries = options.max_entries
+        self._stacks = options.context in ("all", "alloc")
         if self._open:  # a clear=false chain goes on with this cell's ring size
             self._history.keep_newest(self._max_entries)
 
@@ -179,8 +188,9 @@ class CpuBackend(Backend):
         walked = live_storages(namespace) if namespace is not None else {}
         self._assumed = dict(self._carried)
         self._live_start = {**walked, **self._assumed}
-        self._history = History(self._max_entries, self._live_start)
-        self._profiler.start()
+        frames = {p: f for p, f in self._carried_frames.items() if p in self._assumed}
+        self._history = History(self._max_entries, self._live_start, frames=self._stacks, start_frames=frames)
+        self._profiler.start(stacks=self._stacks)
         self._open = True
 
     def snapshot(self) -> dict[str, Any]:
@@ -194,7 +204,9 @@ class CpuBackend(Backend):
                 _warn_if_huge(self._history.count)
         walked = live_storages(self._namespace) if self._namespace is not None else {}
         snap = self._history.snapshot({**walked, **self._assumed}, time.time_ns() // 1000, self._max_entries)
-        self._carried = {b["address"]: b["requested_size"] for seg in snap["segments"] for b in seg["blocks"]}
+        blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+        self._carried = {b["address"]: b["requested_size"] for b in blocks}
+        self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
         return snap
 
     def follow(self) -> None:
@@ -213,7 +225,7 @@ class CpuBackend(Backend):
             return
         if keep:  # a clear=false chain goes on recording between cells
             if not self._profiler.running and not _profiler_enabled():
-                self._profiler.start()
+                self._profiler.start(stacks=self._history.stacks is not None)
             return
         if self._profiler.running:
             self._profiler.stop()
@@ -231,6 +243,7 @@ class CpuBackend(Backend):
         gap = History(0, {})
         gap.add(roots)
         for ptr, size in gap.tables.last.items():
+            self._carried_frames.pop(ptr, None)  # the gap records no stacks
             if size > 0:
                 self._carried[ptr] = size
             else:

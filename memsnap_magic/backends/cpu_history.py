@@ -11,14 +11,31 @@ event one by one (``tests/cpu_reference.py`` keeps that older reader; the tests 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import deque
-from itertools import compress
-from operator import attrgetter
+from collections.abc import Iterator
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 _FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
-_TIME, _DEVICE = attrgetter("start_time_ns"), attrgetter("device")
+_TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
+STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Hold the cyclic GC off while building many small objects next to a large tree of profiler
+    events: each collection would walk them all (a 40k-event cell spent 3x longer in collections)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Tables:
@@ -56,10 +73,18 @@ class History:
     ``live_start``: ``{address: bytes}`` of the tensors found in the user's namespace when the
     interval began (blocks the profiler never saw allocated)."""
 
-    def __init__(self, newest: int, live_start: dict[int, int]) -> None:
+    def __init__(
+        self,
+        newest: int,
+        live_start: dict[int, int],
+        frames: bool = False,
+        start_frames: dict[int, list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.live_start = live_start
         self.tables = _Tables(set(live_start))
         self.window: deque[tuple[int, int, int]] = deque(maxlen=newest)  # (time_ns, ptr, size), newest
+        # With the profiler's Python tracer on: each allocation's stack (see ``_Stacks``).
+        self.stacks = _Stacks(start_frames or {}) if frames else None
 
     @property
     def count(self) -> int:
@@ -70,16 +95,23 @@ class History:
         if newest != self.window.maxlen:
             self.window = deque(self.window, maxlen=newest)
 
+    @_no_gc()
     def add(self, roots: list[Any]) -> None:
         """The events of one profiler session: its event tree's roots, in time order."""
+        start = self.count
         try:
-            run, kept = _fold(roots, _Tables(self.tables.watch, self.count))
-        except _NotFlat:  # a root that is no allocation (a user scope): walk the tree instead
-            run, kept = _fold(_allocations(roots), _Tables(self.tables.watch, self.count))
+            run, kept, parents = _fold(roots, _Tables(self.tables.watch, start))
+        except _NotFlat:  # allocations below Python calls or user scopes: read the tree by levels
+            nodes, ups = _allocations(roots)
+            run, kept, parents = _fold(nodes, _Tables(self.tables.watch, start), ups, self.stacks)
         self.tables.merge(run)
-        tail = kept[max(len(kept) - (self.window.maxlen or 0), 0) :]
+        newest = self.window.maxlen or 0
+        tail = kept[max(len(kept) - newest, 0) :]
         fields = list(map(_FIELDS, tail))
-        self.window.extend(zip(map(_TIME, tail), map(_PTR, fields), map(_SIZE, fields)))
+        sizes = list(map(_SIZE, fields))
+        self.window.extend(zip(map(_TIME, tail), map(_PTR, fields), sizes))
+        if self.stacks is not None and parents is not None:
+            self.stacks.keep(self.count - len(tail), sizes, parents[len(parents) - len(tail) :], self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
@@ -87,6 +119,7 @@ class History:
         self.tables.fold([e[1] for e in events], [e[2] for e in events])
         self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
 
+    @_no_gc()
     def snapshot(
         self, live_end: dict[int, int], end_us: int, max_entries: int, segment_events: bool = True
     ) -> dict[str, Any]:
@@ -109,24 +142,34 @@ class History:
         # those inside the window are entries (the trace keeps its newest part, like PyTorch's ring).
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
+        stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
         trace: list[dict[str, Any]] = []
-        for t_ns, ptr, size in self.window:
+        for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
             t_us = t_ns // 1000
             if size > 0:
                 gone = pending.pop(ptr, None)
                 if gone is not None:
                     trace += free_entries(ptr, gone, t_us)
                 trace += alloc_entries(ptr, size, t_us)
+                frames = stacks.get(index)
+                if frames is not None:
+                    for entry in trace[-2 if segment_events else -1 :]:
+                        entry["frames"] = frames
             else:
                 trace += free_entries(ptr, -size, t_us)
         for ptr, size in pending.items():  # never allocated again: freed at the end, at the latest
             trace += free_entries(ptr, size, end_us)
         blocks = {p: s for p, s in t.last.items() if s > 0}
+        carried = set()
         for ptr, size in live_start.items():  # live throughout, as far as the events tell
             if ptr in live_end and ptr not in t.last:
                 blocks[ptr] = size
+                carried.add(ptr)
+        block_frames = self.stacks.block_frames if self.stacks is not None else _no_frames
         return {
-            "segments": [_segment(ptr, size) for ptr, size in sorted(blocks.items())],
+            "segments": [
+                _segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
+            ],
             "device_traces": [trace[-max_entries:]],
             "allocator_settings": {},
         }
@@ -136,14 +179,20 @@ class _NotFlat(Exception):
     """A root of the event tree is not an allocation: allocations hide below it."""
 
 
-def _fold(roots: list[Any], run: _Tables) -> tuple[_Tables, list[Any]]:
-    """Fold allocation-event roots into ``run``; also the events kept (CPU ones, of nonzero size)."""
+def _fold(
+    nodes: list[Any], run: _Tables, parents: list[Any] | None = None, stacks: _Stacks | None = None
+) -> tuple[_Tables, list[Any], list[Any] | None]:
+    """Fold allocation events (in time order) into ``run``: also the events kept (CPU ones, of
+    nonzero size) and, given each event's ``parents`` in the tree, theirs; ``stacks`` notes the
+    stacks of the allocations that may be live at the end."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     check_devices = _other_devices_may_allocate()
     kept: list[Any] | None = None  # set once some events are dropped
-    for lo in range(0, len(roots), _CHUNK):
-        chunk = roots[lo : lo + _CHUNK]
+    kept_parents: list[Any] | None = None
+    for lo in range(0, len(nodes), _CHUNK):
+        chunk = nodes[lo : lo + _CHUNK]
+        ups = parents[lo : lo + _CHUNK] if parents is not None else None
         fields = list(map(_FIELDS, chunk))
         if set(map(type, fields)) - {_ExtraFields_Allocation}:
             raise _NotFlat
@@ -151,11 +200,22 @@ def _fold(roots: list[Any], run: _Tables) -> tuple[_Tables, list[Any]]:
         if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
             keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
             chunk, fields, sizes = (list(compress(c, keep)) for c in (chunk, fields, sizes))
-            kept = roots[:lo] if kept is None else kept
+            if ups is not None:
+                ups = list(compress(ups, keep))
+            if kept is None:
+                kept = nodes[:lo]
+                kept_parents = parents[:lo] if parents is not None else None
         if kept is not None:
             kept += chunk
-        run.fold(list(map(_PTR, fields)), sizes)
-    return run, roots if kept is None else kept
+            if kept_parents is not None and ups is not None:
+                kept_parents += ups
+        ptrs = list(map(_PTR, fields))
+        if stacks is not None and ups is not None:
+            stacks.note(ptrs, sizes, ups)
+        run.fold(ptrs, sizes)
+    if kept is None:
+        return run, nodes, parents
+    return run, kept, kept_parents
 
 
 def _other_devices_may_allocate() -> bool:
@@ -176,18 +236,115 @@ def _other_devices_may_allocate() -> bool:
     return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
 
 
-def _allocations(roots: list[Any]) -> list[Any]:
-    """The allocation events of a tree whose roots are not all allocations, in time order."""
-    from torch._C._profiler import _EventType
+def _allocations(roots: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The allocation events of a tree whose roots are not all allocations, in time order, and
+    the node each sits in (a Python call, a C function called from Python, a user scope; None at
+    the top). Read a level at a time with C-level passes: a tiny-op loop has one node per op."""
+    from torch._C._profiler import _ExtraFields_Allocation
 
-    found, stack = [], list(roots)
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.Allocation:
-            found.append(node)
-        stack.extend(node.children)
-    found.sort(key=_TIME)
-    return found
+    found: list[Any] = []
+    ups: list[Any] = []
+    level, up = list(roots), [None] * len(roots)
+    while level:
+        is_alloc = list(map(is_, map(type, map(_FIELDS, level)), repeat(_ExtraFields_Allocation)))
+        found += compress(level, is_alloc)
+        ups += compress(up, is_alloc)
+        inner = list(compress(level, map(is_, is_alloc, repeat(False))))
+        kids = list(map(_CHILDREN, inner))
+        level = list(chain.from_iterable(kids))
+        up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
+    times = list(map(_TIME, found))
+    order = sorted(range(len(found)), key=times.__getitem__)
+    return [found[i] for i in order], [ups[i] for i in order]
+
+
+class _Stacks:
+    """Python stacks of CPU allocations, from the profiler's Python tracer.
+
+    The tracer records each Python call (``PyCall``: its ``def`` line as ``callsite``, the line
+    that called it as ``caller``) and each C function called from Python (``PyCCall``: the line
+    that called it). An allocation inside a C function (``torch.ones``, ``x.exp()``) thus gets its
+    exact line; one made directly by a Python function (``x * 2`` goes through no C function
+    call) gets the function's ``def`` line. Each outer frame is the line that made the call.
+    Stacks are built once per tree node and shared, as PyTorch shares them in its snapshots.
+    """
+
+    def __init__(self, start_frames: dict[int, list[dict[str, Any]]]) -> None:
+        self.start_frames = start_frames  # blocks carried in from the last interval, with their stacks
+        self.last: dict[int, tuple[int, list[dict[str, Any]]]] = {}  # address -> (size, stack) of its last alloc
+        self.window: deque[tuple[int, list[dict[str, Any]]]] = deque()  # (event index, stack), newest events
+        # id(node) -> (node, stack): the node is held so that its id is not reused while known
+        self._memo: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # of an allocation in it
+        self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
+
+    def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
+        """Each allocation's stack, by address: what the blocks live at the end are given."""
+        of, last = self.of, self.last
+        for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes)):
+            last[ptrs[i]] = (sizes[i], of(parents[i]))
+
+    def keep(self, first: int, sizes: list[int], parents: list[Any], window_start: int) -> None:
+        """The stacks of the newest events (numbered from ``first``), for their trace entries."""
+        of = self.of
+        self.window.extend(
+            (first + i, of(parents[i]))
+            for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
+        )
+        while self.window and self.window[0][0] < window_start:
+            self.window.popleft()
+        self._memo, self._outer = {}, {}  # node ids are only good while this session's tree lives
+
+    def window_frames(self, window_start: int) -> dict[int, list[dict[str, Any]]]:
+        return {i: f for i, f in self.window if i >= window_start}
+
+    def block_frames(self, ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
+        if carried:
+            return self.start_frames.get(ptr, [])
+        hit = self.last.get(ptr)
+        return hit[1] if hit is not None and hit[0] == size else []
+
+    def of(self, node: Any) -> list[dict[str, Any]]:
+        """The stack of an allocation made inside ``node``, innermost frame first."""
+        if node is None:
+            return []
+        hit = self._memo.get(id(node))
+        if hit is None:
+            from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
+
+            fields = node.extra_fields
+            kind = type(fields)
+            if kind is _ExtraFields_PyCCall:
+                frames = [_frame(fields.caller), *self._enclosing(node.parent)]
+            elif kind is _ExtraFields_PyCall:
+                frames = [_frame(fields.callsite), *self._enclosing(node)]
+            else:
+                frames = self._enclosing(node)
+            hit = self._memo[id(node)] = (node, frames)
+        return hit[1]
+
+    def _enclosing(self, node: Any) -> list[dict[str, Any]]:
+        """The frames around ``node``'s call, innermost first: for each Python call, the line
+        that made it. Walked upwards until a node already known (no recursion: stacks are deep)."""
+        from torch._C._profiler import _ExtraFields_PyCall
+
+        path, known = [], []
+        while node is not None:
+            hit = self._outer.get(id(node))
+            if hit is not None:
+                known = hit[1]
+                break
+            path.append(node)
+            node = node.parent
+        for n in reversed(path):
+            fields = n.extra_fields
+            if type(fields) is _ExtraFields_PyCall and n.parent is not None:
+                known = [_frame(fields.caller), *known]
+            self._outer[id(n)] = (n, known)
+        return known
+
+
+def _frame(state: Any) -> dict[str, Any]:
+    return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
 
 
 def _entry(action: str, ptr: int, size: int, t_us: int) -> dict[str, Any]:
@@ -210,7 +367,11 @@ def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
     return [*_bare_free_entries(ptr, size, t_us), _entry("segment_free", ptr, size, t_us)]
 
 
-def _segment(ptr: int, size: int) -> dict[str, Any]:
+def _no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
+    return []
+
+
+def _segment(ptr: int, size: int, frames: list[dict[str, Any]]) -> dict[str, Any]:
     """One segment per live CPU block: the CPU allocator has no segments of its own."""
     return {
         "device": 0,
@@ -223,8 +384,10 @@ def _segment(ptr: int, size: int) -> dict[str, Any]:
         "segment_type": "large",
         "segment_pool_id": (0, 0),
         "is_expandable": False,
-        "frames": [],
-        "blocks": [{"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": []}],
+        "frames": frames,
+        "blocks": [
+            {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
+        ],
     }
 
 

@@ -1,0 +1,153 @@
+"""The CPU route's figures against what the cells did: continuity between cells, exact ``steps=``,
+Python stacks on allocations. Real torch, real profiler, an in-process IPython shell."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic import session
+from memsnap_magic.backends.cpu_history import STACK_BYTES
+from memsnap_magic.state import STATE
+from memsnap_magic.text import blocks_table, frame_lines
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cpu(shell):
+    shell.run_cell("import torch")
+    shell.run_line_magic("memsnap", "config device=cpu")
+    return shell
+
+
+def run(shell, cell: str) -> None:
+    res = shell.run_cell(cell)
+    assert res.success, res.error_in_exec
+
+
+def test_memory_held_by_a_graph_stays_counted_until_released(cpu):
+    # the classic leak: an autograd graph kept alive by a list, which no namespace walk can see
+    run(
+        cpu,
+        "%%memsnap step=1\nhist = []\nx = torch.randn(1024, 1024, requires_grad=True)\nhist.append((x*2).exp().sum())",
+    )
+    run(cpu, "%%memsnap step=2\ny = torch.ones(256, 1024)")
+    run(cpu, "%%memsnap step=3\nhist.clear()")
+    one, two, three = session().intervals
+    assert 8 * MiB <= one.kept < 8 * MiB + 1024  # x, exp's saved result, the loss and a scalar
+    assert two.baseline_allocated == one.end_allocated and two.kept == 1 * MiB
+    assert three.baseline_allocated == two.end_allocated
+    assert three.peak_increase == 0 and three.kept < -4 * MiB
+    assert three.end_allocated == 5 * MiB  # the graph went; x and y stay named
+    assert (two.moved, three.moved) == (0, 0)
+
+
+def test_memory_changed_between_recorded_cells_is_said(cpu):
+    run(cpu, f"%%memsnap step=1\na = torch.ones({MiB})")
+    run(cpu, f"b = torch.ones({MiB})")  # a plain cell: nothing follows it
+    out = cpu.run_cell("%%memsnap step=2\nc = torch.ones(16)")
+    assert out.success
+    two = session().intervals[1]
+    assert two.moved == 4 * MiB and two.moved_since == 1
+    assert two.baseline_allocated == session().intervals[0].end_allocated + 4 * MiB
+
+
+def test_steps_after_unrecorded_steps_are_exact(cpu):
+    # a buffer replaced every step: allocated in an unrecorded step, freed in a recorded one
+    loop = (
+        "for step in range(1, 6):\n"
+        "    mark(step)\n"
+        "    buf = torch.empty(2 * 2**20, dtype=torch.uint8)\n"
+        "    tmp = torch.empty(8 * 2**20, dtype=torch.uint8)\n"
+        "    del tmp\n"
+    )
+    run(cpu, "%%memsnap steps=1,3,5\n" + loop)
+    run(cpu, "%%memsnap step=9\n" + loop.split("mark(step)\n", 1)[1].replace("    ", ""))
+    by_step = {iv.step: iv for iv in session().intervals}
+    assert sorted(by_step) == [1, 3, 5, 9]
+    for step in (3, 5, 9):  # the same work: the same figures, whether or not the step before was recorded
+        iv = by_step[step]
+        assert (iv.baseline_allocated, iv.peak_increase, iv.kept) == (2 * MiB, 8 * MiB, 0), step
+    assert STATE.recording_devices() == []  # the followed gaps are closed too
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("new"), st.integers(0, 3), st.integers(1, 64)),
+    st.tuples(st.just("drop"), st.integers(0, 3)),
+    st.tuples(st.just("hold"), st.integers(1, 64)),
+    st.tuples(st.just("release")),
+    st.tuples(st.just("temp"), st.integers(1, 64)),
+)
+
+
+def _code(op: tuple) -> str:
+    kind = op[0]
+    if kind == "new":
+        return f"v{op[1]} = torch.empty({op[2] * 1024}, dtype=torch.uint8)"
+    if kind == "drop":
+        return f"v{op[1]} = None"
+    if kind == "hold":  # a graph only the hidden list reaches
+        return f"hidden.append((torch.ones({op[1] * 256}, requires_grad=True) * 2).exp().sum())"
+    if kind == "release":
+        return "hidden.clear()"
+    return f"_t = torch.empty({op[1] * 1024}, dtype=torch.uint8); del _t"
+
+
+@given(st.lists(st.lists(_OPS, min_size=1, max_size=4), min_size=2, max_size=5))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_each_recorded_cell_starts_where_the_last_one_ended(cpu, cells):
+    STATE.reset()
+    run(cpu, "hidden = []\nv0 = v1 = v2 = v3 = None")
+    for n, ops in enumerate(cells, start=1):
+        run(cpu, f"%%memsnap step={n}\n" + "\n".join(map(_code, ops)))
+    intervals = session().intervals
+    for before, after in zip(intervals, intervals[1:]):
+        assert after.baseline_allocated == before.end_allocated
+        assert after.moved == 0
+    for iv, ops in zip(intervals, cells):
+        if all(op[0] in ("drop", "release") for op in ops):  # a cell that only lets go
+            assert iv.peak_increase == 0 and iv.kept <= 0
+
+
+def test_allocations_carry_the_python_stack_that_made_them(cpu):
+    run(cpu, "def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n")
+    run(cpu, "%%memsnap step=1\nsmall = torch.ones(4)\nkeep = grow(512)")
+    iv = session().intervals[0]
+    snap = pickle.loads(iv.path.read_bytes())
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert all("frames" not in e for e in allocs if e["size"] < STACK_BYTES)
+    big = [e for e in allocs if e["size"] >= STACK_BYTES]
+    assert [e["size"] for e in big] == [2 * MiB, 2 * MiB]
+    ones, product = big[0]["frames"], big[1]["frames"]
+    # torch.ones is a C function called from Python: its own line. ``big * 2`` calls none, so the
+    # allocation sits in grow's call: grow's def line. Outer frames: the line that made each call.
+    assert [(f["name"], f["line"]) for f in ones[:2]] == [("grow", 2), ("<module>", 3)]  # cell lines
+    assert [(f["name"], f["line"]) for f in product[:2]] == [("grow", 1), ("<module>", 3)]
+    assert ones[0]["filename"] == product[0]["filename"] != ones[1]["filename"]  # two cells
+    # in the dashboard: the user's lines first, ours (the magic running the cell) left out
+    rows = {b["size"]: frame_lines(b["frames"]) for b in iv.top_blocks}
+    cell = ones[1]["filename"]
+    assert rows[2 * MiB][1].startswith("<module> (cell In[") and all("memsnap_magic" not in r for r in rows[2 * MiB])
+    assert cell.startswith("<ipython-input-")
+    assert "records stacks of allocations of 1.0 KiB or more" in blocks_table(iv)
+
+
+def test_blocks_carried_into_the_next_step_keep_their_stacks(cpu):
+    run(cpu, "def make():\n    return torch.ones(2**18)\n")
+    run(cpu, "%%memsnap step=1\nhist = [make().requires_grad_().exp().sum()]")
+    run(cpu, "%%memsnap step=2\nother = torch.ones(2**18)")
+    two = session().intervals[1]
+    held = [b for b in two.top_blocks if b.get("before") and b["size"] == MiB]
+    assert held and all(frame_lines(b["frames"]) for b in held)
+
+
+def test_context_none_records_no_stacks(cpu):
+    run(cpu, "%%memsnap step=1 context=none\nbig = torch.ones(2**18)")
+    iv = session().intervals[0]
+    assert iv.context == "none"
+    assert all(not b.get("frames") for b in iv.top_blocks)
+    assert "context=none" in blocks_table(iv)
