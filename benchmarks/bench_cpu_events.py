@@ -4,14 +4,17 @@ The loop makes tiny tensors (``torch.empty(4)``: one allocation and one free per
 reference is the **bare profiler session**, the floor the CPU route cannot go under: the cheapest
 session that sees the same allocation events (CPU activity, user scope, ``profile_memory`` on,
 nothing else) enabled, the loop, ``_disable_profiler()``. Everything the cell costs beyond it is
-the magic's: reading the events, the namespace walks, building, writing and summarising the
-snapshot. Rows:
+the magic's, the Python tracer that gives allocations their stacks included: reading the events,
+the namespace walks, building, writing and summarising the snapshot. Rows:
 
 - the cell with ``max_entries=1000`` on 300k events / the bare session (target <= 1.25x: what
-  ``max_entries`` keeps out of the file must also stay out of the work);
-- the same at 20k and 600k events (the scaling; ours per event in the note);
+  ``max_entries`` keeps out of the file must also stay out of the work), ``context=none`` in the note;
+- 40k allocations (80k events) with every entry kept (target <= 1.5x), and the same with
+  ``context=none`` (no tracer, no stacks) in the note;
+- the cell at 2k, 200k and 1M events (the scaling: ratio, ours per event, RSS over the bare
+  session's, each from fresh processes);
 - peak RSS of a fresh process running the cell, above a fresh process running the bare session
-  (target <= 150 MB), and the bare session's own peak (the profiler's buffer, ~2 KB per event).
+  (target <= 150 MB), at the largest size, and the bare session's own peak (~2 KB per event).
 """
 
 from __future__ import annotations
@@ -39,20 +42,21 @@ def loop(events: int) -> str:
     return f"for _ in range({events // 2}):\n    t = torch.empty(4)\n"
 
 
-def time_sizes(ctx: Context, sizes: list[int]) -> dict[int, dict[str, list[float]]]:
+def time_cells(ctx: Context, cells: dict[str, tuple[int, str]], repeats: dict[str, int]) -> dict[str, dict]:
+    """Each named cell (``(events, magic line)``) against the bare session on the same loop, interleaved."""
     shell = make_shell(ctx.work / "cpu_events")
     try:
         run_cell(shell, "import torch")
         run_cell(shell, "%%memsnap device=cpu\nwarm = torch.ones(4)")  # the profiler's one-off start
         out = {}
-        for n in sizes:
+        for name, (n, magic) in cells.items():
             bare = BARE + loop(n) + "_disable_profiler()\n"
-            out[n] = interleaved(
+            out[name] = interleaved(
                 {
-                    "measured": lambda n=n: run_cell(shell, f"%%memsnap device=cpu max_entries=1000\n{loop(n)}"),
+                    "measured": lambda n=n, magic=magic: run_cell(shell, f"{magic}\n{loop(n)}"),
                     "reference": lambda bare=bare: run_cell(shell, bare),
                 },
-                ctx.repeats,
+                repeats.get(name, ctx.repeats),
             )
         return out
     finally:
@@ -94,50 +98,98 @@ def peak_kib(cell: str, cwd: str) -> tuple[int, int]:
 
 def run(ctx: Context) -> list[Row]:
     main = ctx.pick(300_000, 60_000)
-    sizes = ctx.pick([20_000, main, 600_000], [20_000, main])
+    kept = 80_000  # 40k allocations and their frees, every entry kept
+    sizes = ctx.pick([2_000, 200_000, 1_000_000], [2_000, 60_000])
+    cells = {
+        "main": (main, "%%memsnap device=cpu max_entries=1000"),
+        "main_no_stacks": (main, "%%memsnap device=cpu max_entries=1000 context=none"),
+        "kept": (kept, "%%memsnap device=cpu max_entries=500000"),
+        "kept_no_stacks": (kept, "%%memsnap device=cpu max_entries=500000 context=none"),
+        **{f"scale_{n}": (n, "%%memsnap device=cpu max_entries=1000") for n in sizes},
+    }
     with torch_threads(1):
-        times = time_sizes(ctx, sizes)
-    med = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
-    ratio = {n: m["measured"] / m["reference"] for n, m in med.items()}
-    ours_us = {n: (m["measured"] - m["reference"]) / n * 1e6 for n, m in med.items()}
-    scale_note = ", ".join(f"{n // 1000}k: {ratio[n]:.2f}x ({ours_us[n]:.2f} µs/event ours)" for n in sizes)
+        times = time_cells(ctx, cells, {f"scale_{n}": min(ctx.repeats, 3) for n in sizes if n >= 500_000})
+    med = {k: {side: statistics.median(v) for side, v in t.items()} for k, t in times.items()}
+    ratio = {k: m["measured"] / m["reference"] for k, m in med.items()}
+    ours_us = {k: (m["measured"] - m["reference"]) / cells[k][0] * 1e6 for k, m in med.items()}
     rows = [
         Row(
             "cpu_cell_vs_bare",
             f"%%memsnap cell, CPU, {main:,} allocation events, max_entries=1000",
             "bare profiler session, same loop",
-            ratio[main],
+            ratio["main"],
             "x",
             "<= 1.25x",
-            ratio[main] <= 1.25,
-            {"median_s": med[main], "times_s": times[main], "ours_us_per_event": ours_us[main]},
-            f"{ours_us[main]:.2f} µs per event ours; bare = {med[main]['reference']:.2f} s",
+            ratio["main"] <= 1.25,
+            {
+                "median_s": med["main"],
+                "times_s": times["main"],
+                "ours_us_per_event": ours_us["main"],
+                "no_stacks_ratio": ratio["main_no_stacks"],
+                "no_stacks_median_s": med["main_no_stacks"],
+            },
+            f"{ours_us['main']:.2f} µs per event ours; bare = {med['main']['reference']:.2f} s; "
+            f"context=none: {ratio['main_no_stacks']:.2f}x",
         ),
         Row(
+            "cpu_cell_all_kept",
+            f"the same, {kept:,} events, every entry kept (max_entries=500000), stacks on",
+            "bare profiler session, same loop",
+            ratio["kept"],
+            "x",
+            "<= 1.5x",
+            ratio["kept"] <= 1.5,
+            {
+                "median_s": med["kept"],
+                "times_s": times["kept"],
+                "no_stacks_ratio": ratio["kept_no_stacks"],
+                "no_stacks_median_s": med["kept_no_stacks"],
+            },
+            f"context=none (no Python tracer): {ratio['kept_no_stacks']:.2f}x",
+        ),
+    ]
+    peaks = {
+        n: (
+            peak_kib(BARE + loop(n) + "_disable_profiler()\n", str(ctx.work)),
+            peak_kib(f"%%memsnap device=cpu max_entries=1000\n{loop(n)}", str(ctx.work)),
+        )
+        for n in sizes
+    }
+    on_top = {n: (cell[1] - bare[1]) / 1024 for n, (bare, cell) in peaks.items()}
+    rows.append(
+        Row(
             "cpu_cell_scaling",
-            "the same, at each size: cell / bare (max over sizes)",
+            "the same at " + " → ".join(f"{n // 1000}k" for n in sizes) + " events: cell / bare (max over sizes)",
             "bare profiler session at that size",
-            max(ratio.values()),
+            max(ratio[f"scale_{n}"] for n in sizes),
             "x",
             "report only",
             None,
-            {"ratio": ratio, "ours_us_per_event": ours_us, "median_s": med},
-            scale_note,
-        ),
-    ]
-    events = ctx.pick(300_000, 60_000)
-    start, bare_kib = peak_kib(BARE + loop(events) + "_disable_profiler()\n", str(ctx.work))
-    _, cell_kib = peak_kib(f"%%memsnap device=cpu max_entries=1000\n{loop(events)}", str(ctx.work))
-    on_top = (cell_kib - bare_kib) / 1024
+            {
+                "ratio": {n: ratio[f"scale_{n}"] for n in sizes},
+                "ours_us_per_event": {n: ours_us[f"scale_{n}"] for n in sizes},
+                "median_s": {n: med[f"scale_{n}"] for n in sizes},
+                "rss_on_top_mib": on_top,
+                "bare_peak_mib": {n: peaks[n][0][1] / 1024 for n in sizes},
+            },
+            "; ".join(
+                f"{n // 1000}k: {ratio[f'scale_{n}']:.2f}x, {ours_us[f'scale_{n}']:.2f} µs/event ours, "
+                f"RSS +{on_top[n]:.0f} MB over bare's {peaks[n][0][1] / 1024:.0f} MB"
+                for n in sizes
+            ),
+        )
+    )
+    (start, bare_kib), (_, cell_kib) = peaks[sizes[-1]]
+    events = sizes[-1]
     rows.append(
         Row(
             "cpu_cell_rss_on_top",
             f"peak RSS of the cell above the bare session's, {events:,} events, fresh processes",
             "bare profiler session (its own peak in the note)",
-            on_top,
+            on_top[events],
             "MB",
             "<= 150 MB",
-            on_top <= 150,
+            on_top[events] <= 150,
             {"bare_peak_mib": bare_kib / 1024, "cell_peak_mib": cell_kib / 1024, "start_peak_mib": start / 1024},
             f"peaks {cell_kib / 1024:.0f} vs {bare_kib / 1024:.0f} MB; the session grew it "
             f"{(bare_kib - start) / 1024:.0f} MB, {(bare_kib - start) * 1024 / events:.0f} B per event",

@@ -388,7 +388,8 @@ def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatc
     from memsnap_magic.backends import cpu
 
     monkeypatch.setattr(cpu, "HUGE", 500)
-    STATE.warned.discard("cpu-huge")
+    monkeypatch.setattr(cpu, "STACKS_HINT", 500)
+    STATE.warned -= {"cpu-huge", "cpu-stacks"}
     shell.run_cell("import torch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -397,5 +398,7 @@ def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatc
                 f"%%memsnap step={step} device=cpu\nfor _ in range(400):\n    t = torch.empty(4)"
             ).success
     said = [m for m in ours(caught) if "CPU allocation events" in m]
-    assert len(said) == 1 and "steps=1,5,10" in said[0]
-    STATE.warned.discard("cpu-huge")
+    assert len(said) == 2  # each said once, at the first step
+    assert "steps=1,5,10" in said[1] and "2 KB of each" in said[1]
+    assert "context=none records without it" in said[0]
+    STATE.warned -= {"cpu-huge", "cpu-stacks"}

@@ -201,7 +201,7 @@ class CpuBackend(Backend):
                 self.incomplete = TAKEN_OVER
             else:
                 self._history.add(roots)
-                _warn_if_huge(self._history.count)
+                _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         walked = live_storages(self._namespace) if self._namespace is not None else {}
         snap = self._history.snapshot({**walked, **self._assumed}, time.time_ns() // 1000, self._max_entries)
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
@@ -253,7 +253,17 @@ class CpuBackend(Backend):
 HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs
 
 
-def _warn_if_huge(events: int) -> None:
+STACKS_HINT = 100_000  # allocation events past which the Python tracer's cost is worth a word
+
+
+def _warn_if_huge(events: int, stacks: bool) -> None:
+    if stacks and events > STACKS_HINT:
+        STATE.warn_once(
+            "cpu-stacks",
+            f"memsnap: this interval made {events:,} CPU allocation events. On loops of small tensors the "
+            "Python tracer that gives allocations their stacks costs about as much again as the profiler "
+            "itself; context=none records without it (no stacks).",
+        )
     if events > HUGE:
         STATE.warn_once(
             "cpu-huge",
