@@ -13,8 +13,9 @@ the namespace walks, building, writing and summarising the snapshot. Rows:
   ``context=none`` (no tracer, no stacks) in the note;
 - the cell at 2k, 200k and 1M events (the scaling: ratio, ours per event, RSS over the bare
   session's, each from fresh processes);
-- peak RSS of a fresh process running the cell, above a fresh process running the bare session
-  (target <= 150 MB), at the largest size, and the bare session's own peak (~2 KB per event).
+- peak RSS of a fresh process running the cell (300k events), above a fresh process running the
+  bare session (target <= 150 MB); in the note the bare session's own growth (~2 KB per event),
+  the same session with the Python tracer on, and the cell with ``context=none``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ _config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False,
 _prepare_profiler(_config, {ProfilerActivity.CPU})
 _enable_profiler(_config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
 """
+BARE_TRACER = BARE.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")  # with_stack=True
+assert BARE_TRACER != BARE
 
 
 def loop(events: int) -> str:
@@ -179,20 +182,36 @@ def run(ctx: Context) -> list[Row]:
             ),
         )
     )
-    (start, bare_kib), (_, cell_kib) = peaks[sizes[-1]]
-    events = sizes[-1]
+    (start, bare_kib), (_, cell_kib) = (
+        peak_kib(BARE + loop(main) + "_disable_profiler()\n", str(ctx.work)),
+        (peak_kib(f"%%memsnap device=cpu max_entries=1000\n{loop(main)}", str(ctx.work))),
+    )
+    tracer_kib = peak_kib(
+        BARE_TRACER + loop(main) + "_disable_profiler().experimental_event_tree()\n",
+        str(ctx.work),
+    )[1]
+    none_kib = peak_kib(f"%%memsnap device=cpu max_entries=1000 context=none\n{loop(main)}", str(ctx.work))[1]
+    on_top_main = (cell_kib - bare_kib) / 1024
     rows.append(
         Row(
             "cpu_cell_rss_on_top",
-            f"peak RSS of the cell above the bare session's, {events:,} events, fresh processes",
+            f"peak RSS of the cell above the bare session's, {main:,} events, max_entries=1000, fresh processes",
             "bare profiler session (its own peak in the note)",
-            on_top[events],
+            on_top_main,
             "MB",
             "<= 150 MB",
-            on_top[events] <= 150,
-            {"bare_peak_mib": bare_kib / 1024, "cell_peak_mib": cell_kib / 1024, "start_peak_mib": start / 1024},
+            on_top_main <= 150,
+            {
+                "bare_peak_mib": bare_kib / 1024,
+                "cell_peak_mib": cell_kib / 1024,
+                "start_peak_mib": start / 1024,
+                "bare_with_tracer_peak_mib": tracer_kib / 1024,
+                "no_stacks_cell_peak_mib": none_kib / 1024,
+            },
             f"peaks {cell_kib / 1024:.0f} vs {bare_kib / 1024:.0f} MB; the session grew it "
-            f"{(bare_kib - start) / 1024:.0f} MB, {(bare_kib - start) * 1024 / events:.0f} B per event",
+            f"{(bare_kib - start) / 1024:.0f} MB, {(bare_kib - start) * 1024 / main:.0f} B per event; with "
+            f"the Python tracer the bare session itself peaks at {tracer_kib / 1024:.0f} MB; context=none: "
+            f"{(none_kib - bare_kib) / 1024:+.0f} MB",
         )
     )
     return rows

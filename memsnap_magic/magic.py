@@ -16,7 +16,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from . import options
 from .execute import CellCode
 from .layout import LAYOUT
-from .state import STATE, warn
+from .notice import warn
+from .state import STATE
 
 
 def _print_report(iv: Any, previous: Any) -> None:

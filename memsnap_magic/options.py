@@ -66,7 +66,8 @@ class Options:
     context: str = _option(
         "all",
         Choice("all", "alloc", "state", "none"),
-        "Which events carry a stack (accelerators; the CPU route records none).",
+        "Which events carry a stack. On CPU: all/alloc run the Python tracer (allocations of 1 KiB "
+        "or more get stacks), none/state do not (cheaper on loops of tiny tensors).",
         "context=alloc",
     )
     stacks: str = _option(

@@ -13,7 +13,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
-from .state import STATE, warn
+from .notice import warn
+from .state import STATE
 
 if TYPE_CHECKING:
     from pathlib import Path

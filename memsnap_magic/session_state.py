@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Callable
 
 from .intervals import Interval
-from .state import warn
+from .notice import warn
 
 
 class Session:

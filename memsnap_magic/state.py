@@ -4,14 +4,14 @@ Everything that outlives a cell lives here: the session the magic fills, the rec
 now (``mark()`` talks to the innermost), the backend of each device (so recording left on by a
 ``clear=false`` cell is found again by the next cell), which accelerator kinds are recording
 (PyTorch records every device of a kind at once), the CPU profiler session and the one-time
-warnings already given. Importing this module imports nothing else of ours.
+warnings already given. At import it needs only ``notice`` of ours (the session module loads on first use).
 """
 
 from __future__ import annotations
 
-import sys
-import warnings
 from typing import TYPE_CHECKING, Any, Protocol
+
+from .notice import warn
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -82,15 +82,6 @@ class State:
 
 
 STATE = State()
-
-
-def warn(message: str, stacklevel: int = 2) -> None:
-    """One RuntimeWarning about our own trouble, which never raises: under ``-W error`` (or
-    pytest's ``filterwarnings = error``) it is printed to stderr instead of failing the user's cell."""
-    try:
-        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
-    except Exception:
-        print(f"RuntimeWarning: {message}", file=sys.stderr)
 
 
 def session() -> Session:

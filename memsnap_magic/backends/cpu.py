@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
-from .cpu_history import STACK_BYTES, History
+from .cpu_history import STACK_BYTES, History, no_gc
 from .live_tensors import live_storages
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ class _Profiler:
         self.running = False
         if not _profiler_enabled() or public_profiler_running():
             return None
-        return _disable_profiler().experimental_event_tree()
+        with no_gc():  # the tree is an object per event: collections while building it walk them all
+            return _disable_profiler().experimental_event_tree()
 
 
 def public_profiler_running() -> bool:

@@ -26,7 +26,7 @@ STACK_BYTES = 1024  # allocations this large or larger get their Python stack; s
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Hold the cyclic GC off while building many small objects next to a large tree of profiler
     events: each collection would walk them all (a 40k-event cell spent 3x longer in collections)."""
     enabled = gc.isenabled()
@@ -95,7 +95,7 @@ class History:
         if newest != self.window.maxlen:
             self.window = deque(self.window, maxlen=newest)
 
-    @_no_gc()
+    @no_gc()
     def add(self, roots: list[Any]) -> None:
         """The events of one profiler session: its event tree's roots, in time order."""
         start = self.count
@@ -119,7 +119,7 @@ class History:
         self.tables.fold([e[1] for e in events], [e[2] for e in events])
         self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
 
-    @_no_gc()
+    @no_gc()
     def snapshot(
         self, live_end: dict[int, int], end_us: int, max_entries: int, segment_events: bool = True
     ) -> dict[str, Any]:
