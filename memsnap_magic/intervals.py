@@ -21,6 +21,8 @@ from .options import DEFAULTS
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
 
+TOP_BLOCKS = 32  # blocks kept per interval: alive at the peak, and made here and alive at the end
+
 
 @dataclass
 class Interval(Figures):
@@ -45,6 +47,7 @@ class Interval(Figures):
     moved: int | None = None  # start minus the end of the interval recorded before it on this device
     moved_since: int | None = None  # that interval's step
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
+    born: dict[int, int] = field(default_factory=dict, repr=False)  # address -> size: made here, alive at the end
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -53,7 +56,9 @@ class Interval(Figures):
 
     def to_record(self) -> dict[str, Any]:
         rec = {
-            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("time_us", "allocated", "top_blocks")
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("time_us", "allocated", "top_blocks", "born")
         }
         rec["path"] = str(self.path) if self.path is not None else None
         rec["peak_increase"] = self.peak_increase
@@ -75,6 +80,8 @@ def interval_from_snapshot(
     index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
+    last = len(summary.events[1]) - 1
+    born = alive_at(summary, index=last, top=TOP_BLOCKS) if last >= 0 else []
     return Interval(
         step=_first(meta.step, named.step, position),
         rank=_first(meta.rank, named.rank, 0),
@@ -89,7 +96,8 @@ def interval_from_snapshot(
         overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
         context=_first(meta.context, DEFAULTS.context),
         incomplete=meta.incomplete,
-        top_blocks=alive_at(summary),
+        top_blocks=alive_at(summary, top=TOP_BLOCKS),
+        born={b["addr"]: b["size"] for b in born if not b["before"]},
         time_us=summary.times_at(keep),
         allocated=summary.allocated[keep],
     )

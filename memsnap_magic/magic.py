@@ -23,7 +23,7 @@ from .state import STATE
 def _print_report(iv: Any, previous: Any) -> None:
     from .text import describe
 
-    print(describe(iv, previous))
+    print(describe(iv))
 
 
 def _parse(parse: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -53,6 +53,13 @@ def _ranks_axes(fig: Figure) -> list[Any]:
     return [fig.add_subplot(grid[0]), fig.add_subplot(grid[1])]
 
 
+VIEW_TITLES = {
+    "interval": "Memory per step: each snapshot holds only its own step (history cleared after each)",
+    "cumulative": "Never cleared: what each snapshot would hold if recording were never cleared",
+    "both": "Per step vs never cleared: the gap is the history a never-cleared snapshot drags along",
+}
+
+
 def overview_figure(
     intervals: Sequence[Any],
     view: str = "both",
@@ -64,7 +71,7 @@ def overview_figure(
     fig, (peak_ax, kept_ax, size_ax) = reuse_figure(fig, "overview", 6.4, _overview_axes)
     x = list(range(len(intervals)))
     labels = [str(iv.step) for iv in intervals]
-    fig.suptitle(title or "Memory per step: snapshots cleared after each step vs never cleared", fontsize=12, y=0.985)
+    fig.suptitle(title or VIEW_TITLES.get(view, VIEW_TITLES["both"]), fontsize=12, y=0.985)
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
 
@@ -87,7 +94,10 @@ def overview_figure(
                 )
             )
     if show_cumul and x:
-        peak_ax.plot(x, [iv.cumulative_peak_allocated for iv in intervals], marker, color=CUMUL, label=NEVER_CLEARED)
+        cumul = [iv.cumulative_peak_allocated for iv in intervals]
+        peak_ax.plot(x, cumul, marker, color=CUMUL, label=NEVER_CLEARED)
+        if not show_interval and selected is not None and 0 <= selected < len(x):  # no bar to outline
+            peak_ax.plot([selected], [cumul[selected]], "o", mfc="none", mec="black", ms=13, mew=2, label="_selected")
     failed = [i for i, iv in enumerate(intervals) if iv.error]
     if failed:
         peak_ax.plot(
@@ -113,6 +123,18 @@ def overview_figure(
         bars(
             kept_ax, x, kept, color=[KEPT if k > 0 else FREED for k in kept], label="_kept"
         )  # the panel title explains it
+        if selected is not None and 0 <= selected < len(x):
+            kept_ax.add_patch(
+                Rectangle(
+                    (selected - 0.4, min(0, kept[selected])),
+                    0.8,
+                    abs(kept[selected]),
+                    fill=False,
+                    edgecolor="black",
+                    linewidth=2,
+                    label="_selected",
+                )
+            )
     kept_ax.axhline(0, color="black", linewidth=0.8)
     label_largest(kept_ax, kept, color=KEPT, prefix="+")
     panel_title(kept_ax, "What each step kept: end − start (a leak stands out)")

@@ -65,6 +65,10 @@ class Session:
         else:
             self._listeners.append(lambda: listener)
 
+    def unsubscribe(self, listener: Callable[[Session], None]) -> None:
+        """Stop calling ``listener`` (a superseded dashboard)."""
+        self._listeners = [ref for ref in self._listeners if ref() not in (None, listener)]
+
     def _update_cumulative(self) -> None:
         last: dict[tuple[int, str], Interval] = {}
         for iv in self.intervals:

@@ -49,21 +49,15 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
     return sign + text
 
 
-def describe(iv: Interval, previous: Interval | None) -> str:
-    """The compact line printed after each ``%%memsnap`` cell."""
+def describe(iv: Interval) -> str:
+    """The compact line printed after each ``%%memsnap`` cell: short enough for one line of a
+    notebook before the file's path, which comes last; comparisons live in the table and dashboard."""
     parts = [
-        f"memsnap step {iv.step}",
-        iv.device if iv.rank == 0 else f"{iv.device} rank {iv.rank}",
-        f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over "
-        f"start {fmt_bytes(iv.baseline_allocated)})",
+        f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else ""),
+        iv.device,
+        f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over start)",
         f"kept {fmt_bytes(iv.kept, signed=True)}",
     ]
-    if previous is not None:
-        parts.append(
-            f"vs step {previous.step}: peak {fmt_bytes(iv.peak_allocated - previous.peak_allocated, signed=True)}"
-        )
-    if iv.allocator_peak_allocated is not None:
-        parts.append(f"allocator peak {fmt_bytes(iv.allocator_peak_allocated)}")
     entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
     backend = backend_class(iv.device)
     if iv.trace_entries == 0 and not (backend is not None and backend.host):
@@ -75,8 +69,8 @@ def describe(iv: Interval, previous: Interval | None) -> str:
         parts.append(f"incomplete: {iv.incomplete}")
     if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
         parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
-    parts.append(f"-> {clean(str(iv.path))}" if iv.path is not None else "-> not written")
-    return " · ".join(parts)
+    where = clean(str(iv.path)) if iv.path is not None else "not written"
+    return " · ".join(parts) + f" → {where}"
 
 
 def interval_table(intervals: Sequence[Interval]) -> str:
@@ -97,26 +91,71 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         "error",
         "file",
     )
+    allocator = any(iv.allocator_peak_allocated is not None for iv in intervals)
+    if allocator:
+        head = (*head[:5], "alloc. peak", *head[5:])
     rows = [head]
     for iv in intervals:
-        rows.append(
-            (
-                str(iv.step),
-                str(iv.rank),
-                iv.device,
-                fmt_bytes(iv.baseline_allocated),
-                fmt_bytes(iv.peak_allocated),
-                fmt_bytes(iv.peak_increase, signed=True),
-                fmt_bytes(iv.kept, signed=True),
-                fmt_bytes(iv.cumulative_peak_allocated),
-                f"{iv.trace_entries:,}",
-                f"{iv.cumulative_trace_entries:,}",
-                iv.error or "",
-                clean(str(iv.path)) if iv.path else "(not written)",
-            )
+        row = (
+            str(iv.step),
+            str(iv.rank),
+            iv.device,
+            fmt_bytes(iv.baseline_allocated),
+            fmt_bytes(iv.peak_allocated),
+            fmt_bytes(iv.peak_increase, signed=True),
+            fmt_bytes(iv.kept, signed=True),
+            fmt_bytes(iv.cumulative_peak_allocated),
+            f"{iv.trace_entries:,}",
+            f"{iv.cumulative_trace_entries:,}",
+            iv.error or "",
+            clean(str(iv.path)) if iv.path else "(not written)",
         )
+        if allocator:
+            row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])
+        rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def step_list(steps: Sequence[int]) -> str:
+    """``steps 3–8`` for consecutive numbers, ``steps 1, 5, 10`` otherwise, ``step 4`` for one."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if list(steps) == list(range(steps[0], steps[0] + len(steps))):
+        return f"steps {steps[0]}–{steps[-1]}"
+    return "steps " + ", ".join(map(str, steps))
+
+
+def headline(intervals: Sequence[Interval]) -> str:
+    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
+    from .findings import FLOOR, leaks, spikes
+
+    steps = [iv.step for iv in intervals]
+    parts = []
+    runs = leaks(intervals, steps)
+    for run in runs[:2]:
+        low, high = min(run.kept), max(run.kept)
+        if len(run.steps) == 1:
+            what = f"{step_list(run.steps)} kept {fmt_bytes(run.kept[0], signed=True)}"
+        elif high - low <= 0.05 * high:
+            what = f"{step_list(run.steps)} each kept {fmt_bytes(sorted(run.kept)[len(run.kept) // 2], signed=True)}"
+        else:
+            what = f"{step_list(run.steps)} kept {fmt_bytes(low, signed=True)} to {fmt_bytes(high, signed=True)}"
+        since = f" since step {run.since}" if run.since is not None else ""
+        parts.append(f"leak: {what} ({fmt_bytes(run.total, signed=True)} held{since})")
+    if len(runs) > 2:
+        parts.append(f"{len(runs) - 2} more leaking run{'s' * (len(runs) > 3)}")
+    found = spikes(intervals, steps)
+    if found:
+        top = found[0]
+        more = f" ({len(found) - 1} more)" if len(found) > 1 else ""
+        parts.append(
+            f"spike: step {top.step} rose {fmt_bytes(top.rise, signed=True)} over its start "
+            f"(typical {fmt_bytes(top.typical, signed=True)}){more}"
+        )
+    if not parts and intervals:
+        return f"no leak or spike: no step kept over {fmt_bytes(FLOOR)} (or 1 % of its start), no rise stands out"
+    return " · ".join(parts)
 
 
 def loaded_line(intervals: Sequence[Interval]) -> str:
@@ -210,30 +249,69 @@ def site_bytes(blocks: Iterable[dict[str, Any]]) -> dict[str, int]:
     return dict(sites)
 
 
-def blocks_table(iv: Interval) -> str:
-    """HTML: the largest blocks alive at the peak, since when, and who allocated them."""
-    rows, reasons = [], []
+TABLE_ROWS = 10
+
+
+def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
+    """HTML: the largest blocks alive at the peak, since when, and who allocated them.
+
+    Blocks of one size from one site are one row ("5 × 32.0 MiB"); a block live before the step
+    is dated by ``earlier`` (the steps before it, same rank and device) where one of them made
+    it. The "allocated by" column is left out when no block has a stack; why is said below."""
+    from .findings import born_in
+
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    reasons: list[str] = []
     for b in iv.top_blocks:
-        frames = frame_lines(b.get("frames") or [])
-        if frames:
-            text = "<br>".join(html.escape(line) for line in frames)
-        else:  # say why once, below the table, instead of on every row
-            reason = why_no_frames(b, iv)
-            if reason not in reasons:
-                reasons.append(reason)
-            text = f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>"
-        since = "before the step" if b.get("before") else "this step"
-        rows.append(
-            f"<tr><td style='text-align:right;padding-right:1em'>{fmt_bytes(b['size'])}</td>"
-            f"<td style='padding-right:1em'>{since}</td><td>{text}</td></tr>"
-        )
-    if not rows:
+        frames = tuple(frame_lines(b.get("frames") or []))
+        reason = "" if frames else why_no_frames(b, iv)
+        if reason and reason not in reasons:
+            reasons.append(reason)
+        key = (b["size"], frames[:1], reason, bool(b.get("before")))  # one size from one site
+        group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
+        group["count"] += 1
+        if b.get("before"):
+            step = born_in(b, earlier)
+            if step is None:
+                group["unknown"] = True
+            else:
+                group["steps"].add(step)
+    if not groups:
         return "<i>nothing was allocated at this step's peak</i>"
-    notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
+    stacks = any(key[1] for key in groups)
+    rows = []
+    for (size, _, reason, before), group in list(groups.items())[:TABLE_ROWS]:
+        count, frames = group["count"], group["frames"]
+        cells = [f"{count} × {fmt_bytes(size)}" if count > 1 else fmt_bytes(size), _since(before, group)]
+        if stacks:
+            if frames:
+                cells.append("<br>".join(html.escape(line) for line in frames))
+            else:  # say why once, below the table, instead of on every row
+                cells.append(f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>")
+        rows.append(
+            f"<tr><td style='text-align:right;padding-right:1em'>{cells[0]}</td>"
+            + "".join(f"<td style='padding-right:1em'>{c}</td>" for c in cells[1:])
+            + "</tr>"
+        )
+    head = "<th>size</th><th style='text-align:left'>allocated in</th>"
+    if stacks:
+        head += "<th style='text-align:left'>allocated by</th>"
+        notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
+    else:
+        notes = "<br><small>no stacks: " + html.escape("; ".join(reasons)) + "</small>"
+    more = len(groups) - TABLE_ROWS
+    if more > 0:
+        notes = f"<br><small>and {more} smaller row{'s' * (more > 1)}</small>" + notes
     return (
-        "<b>Largest allocations alive at the peak</b><table><tr><th>size</th>"
-        "<th style='text-align:left'>live since</th><th style='text-align:left'>allocated by</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + notes
+        "<b>Largest allocations alive at the peak</b><table><tr>" + head + "</tr>" + "".join(rows) + "</table>" + notes
     )
+
+
+def _since(before: bool, group: dict[str, Any]) -> str:
+    """When a row's blocks were allocated: this step, earlier steps, or before anything recorded."""
+    if not before:
+        return "this step"
+    parts = [step_list(sorted(group["steps"]))] if group["steps"] else []
+    if group["unknown"]:
+        parts.append("before recording")
+    return ", ".join(parts)

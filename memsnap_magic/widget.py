@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import weakref
 from typing import Any
 
 import ipywidgets as w
@@ -18,9 +19,13 @@ from . import plots
 from .intervals import Interval
 from .session_state import Session
 from .state import STATE
-from .text import blocks_table, fmt_bytes, interval_table
+from .text import blocks_table, headline, interval_table
 
 ALL_RANKS = "all"
+CUMULATIVE_MEANS = (
+    "cumulative: what each snapshot would hold if the history were never cleared, every earlier "
+    "step included (the ever-growing files memsnap avoids)"
+)
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
 
 
@@ -32,7 +37,7 @@ class Dashboard:
         labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(
             options=list(_VIEW_LABELS.items()),
-            value="both",
+            value="interval",
             description="view",
             style=dict(labels, button_width="110px"),
         )
@@ -40,7 +45,15 @@ class Dashboard:
         self.group = w.Dropdown(
             description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
         )
+        self.view_help = w.HTML(
+            f"<small style='opacity:0.75'>{html.escape(CUMULATIVE_MEANS)}</small>",
+            layout=w.Layout(margin="0 0 0 76px"),
+        )
         self.step = w.Dropdown(description="step", style=labels)
+        small = w.Layout(width="32px")
+        self.prev = w.Button(icon="chevron-left", tooltip="previous step", layout=small)
+        self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
+        self.follow = w.Checkbox(value=True, description="follow newest", indent=False)
         self.header = w.HTML()
         self.overview = w.Image(format="png")
         self.error = w.HTML()
@@ -50,8 +63,9 @@ class Dashboard:
             [
                 self.header,
                 w.HBox([self.view, self.group]),
+                self.view_help,
                 self.overview,
-                self.step,
+                w.HBox([self.step, self.prev, self.next, self.follow]),
                 self.error,
                 self.detail,
                 self.blocks,
@@ -69,12 +83,45 @@ class Dashboard:
         self._updating = False
         self.view.observe(lambda _: self._draw_overview(), "value")
         self.group.observe(lambda _: self.refresh(), "value")
-        self.step.observe(lambda _: self._draw_step(), "value")
+        self.step.observe(self._on_step, "value")
+        self.prev.on_click(lambda _: self._move(-1))
+        self.next.on_click(lambda _: self._move(1))
+        self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
+        self.superseded = False
         self.session.subscribe(self._on_new_interval)
+        previous = STATE.live_dashboard() if STATE.live_dashboard is not None else None
+        if previous is not None and previous is not self:
+            previous.supersede()
+        STATE.live_dashboard = weakref.ref(self)  # weakly: a dashboard nobody shows may go
         self.refresh(newest=True)
 
     def _on_new_interval(self, _: Session) -> None:
-        self.refresh(newest=True)
+        self.refresh(newest=self.follow.value)
+
+    def _on_step(self, _: Any) -> None:
+        if not self._updating:  # the user picked a step: stay on it as new steps arrive
+            last = len(self.step.options) - 1
+            with self.follow.hold_trait_notifications():
+                self.follow.value = self.step.value == last
+        self._draw_step()
+
+    def _move(self, by: int) -> None:
+        if self.step.value is not None:
+            self.step.value = min(max(self.step.value + by, 0), len(self.step.options) - 1)
+
+    def supersede(self) -> None:
+        """Stop redrawing and leave a static copy, marked: a newer dashboard is the live one."""
+        if self.superseded:
+            return
+        self.superseded = True
+        self.session.unsubscribe(self._on_new_interval)
+        steps = [iv.step for iv in self.shown()]
+        note = w.HTML("<i>superseded by a newer dashboard" + (f" · as of step {steps[-1]}" if steps else "") + "</i>")
+        still = w.Image(value=self._overview_png, format="png", layout=self.overview.layout)
+        old = self.root.children
+        self.root.children = (note, still)
+        for widget in old:
+            _close_all(widget)
 
     # which intervals are on screen
     def groups(self) -> list[tuple[int, str]]:
@@ -129,9 +176,8 @@ class Dashboard:
                 self.session.intervals, selected=self.step.value, fig=self._figs.get("ranks")
             )
         else:
-            worst = max(ivs, key=lambda iv: iv.kept, default=None)
-            if worst is not None and worst.kept > 0:
-                header += f" · most kept: step {worst.step} ({fmt_bytes(worst.kept, signed=True)})"
+            if ivs:
+                header += f"<br>{html.escape(headline(ivs))}"
             self.overview_fig = self._figs["overview"] = plots.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )
@@ -159,19 +205,27 @@ class Dashboard:
         )
         self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
         self.detail.value = plots.png(self.detail_fig)
-        self.blocks.value = blocks_table(iv)
+        shown = self.shown()
+        earlier = [e for e in shown[: shown.index(iv)] if (e.rank, e.device) == (iv.rank, iv.device)]
+        self.blocks.value = blocks_table(iv, earlier)
         self._draw_overview()  # the selected step is outlined there
 
     def close(self) -> None:
         """Close the widgets; the session then stops updating this dashboard."""
-        for widget in (*self.root.children, *self.root.children[1].children, self.root):
-            widget.close()
+        self.session.unsubscribe(self._on_new_interval)
+        _close_all(self.root)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = self.root._repr_mimebundle_(**kwargs)
         bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
         bundle["text/plain"] = interval_table(self.session.intervals)
         return bundle
+
+
+def _close_all(widget: w.Widget) -> None:
+    for child in getattr(widget, "children", ()):
+        _close_all(child)
+    widget.close()
 
 
 def dashboard(session: Session | None = None) -> Dashboard:

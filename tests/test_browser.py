@@ -376,7 +376,7 @@ def test_dashboard_renders_with_its_controls(demo):
     assert detail["width"] > 200 and detail["height"] > 100, detail
     buttons = dash.locator("button.widget-toggle-button")
     assert buttons.all_inner_texts() == ["per-interval", "cumulative", "both"]
-    assert "mod-active" in (buttons.nth(2).get_attribute("class") or "")  # "both" is the default
+    assert "mod-active" in (buttons.nth(0).get_attribute("class") or "")  # per-interval is the default
     step = demo.step_select()
     assert step.is_visible()
     assert step.locator("option").all_inner_texts() == ["1", "2", "3", "4", "5", "6", "8", "10"]

@@ -151,3 +151,31 @@ def test_context_none_records_no_stacks(cpu):
     assert iv.context == "none"
     assert all(not b.get("frames") for b in iv.top_blocks)
     assert "context=none" in blocks_table(iv)
+
+
+def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
+    from memsnap_magic.widget import Dashboard
+
+    run(cpu, "hold = []\ndef grow():\n    hold.append(torch.empty(2**22))\n")  # 16 MiB each
+    run(cpu, "%%memsnap step=1\nw = torch.ones(2**18)")  # 1 MiB, not from grow
+    for step in (2, 3, 4):
+        run(cpu, f"%%memsnap step={step}\ngrow()")
+    run(cpu, "%%memsnap step=5\ngrow()\ntmp = torch.empty(2**20); del tmp")
+    d = Dashboard()
+    d.step.value = 4  # step 5
+    table = d.blocks.value
+    rows = table.split("<tr>")[2:]
+    (held,) = [r for r in rows if ">3 × 16.0 MiB<" in r]  # one row for the three, dated
+    assert ">steps 2–4<" in held and "grow (cell In[" in held
+    (new,) = [r for r in rows if ">16.0 MiB<" in r]
+    assert ">this step<" in new and "grow (cell In[" in new
+    assert any(">1.0 MiB<" in r and ">step 1<" in r for r in rows)
+
+
+def test_a_table_without_any_stack_drops_the_column(cpu):
+    from memsnap_magic.text import blocks_table
+
+    run(cpu, "%%memsnap step=1 context=none\nbig = torch.ones(2**18)")
+    table = blocks_table(session().intervals[0])
+    assert "allocated by" not in table and "no stack (" not in table
+    assert "no stacks: recorded with context=none" in table

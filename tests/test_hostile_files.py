@@ -377,7 +377,7 @@ def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
         return
     s = Session()
     s.add(iv)
-    for text in (interval_table(s.intervals), describe(iv, None), blocks_table(iv)):
+    for text in (interval_table(s.intervals), describe(iv), blocks_table(iv)):
         assert "\x1b" not in text
     record = json.loads(json.dumps(s.to_records()[0], allow_nan=False, default=str))
     assert all(isinstance(record[k], int) for k in ("baseline_allocated", "peak_allocated", "end_allocated"))

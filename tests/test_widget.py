@@ -68,6 +68,7 @@ def line(ax, label):
 
 def test_overview_plots_interval_and_cumulative_peaks(session):
     d = Dashboard(session)
+    d.view.value = "both"
     peak_ax, kept_ax, size_ax = d.overview_fig.axes
     (base,) = bars(peak_ax, "live at the step's start")
     (rise,) = bars(peak_ax, THIS_STEP)
@@ -80,20 +81,27 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
     assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
     (failed,) = line(peak_ax, "_failed")
     assert list(failed.get_xdata()) == [2]
-    assert d.overview.value[:4] == b"\x89PNG" and "step 2 (+4.0 MiB)" in d.header.value
+    assert d.overview.value[:4] == b"\x89PNG" and "leak: step 2 kept +4.0 MiB" in d.header.value
 
 
 def test_view_control_changes_the_series_drawn(session):
+    from memsnap_magic.plots import VIEW_TITLES
+    from memsnap_magic.widget import CUMULATIVE_MEANS
+
     d = Dashboard(session)
-    d.view.value = "interval"
-    peak_ax = d.overview_fig.axes[0]
-    assert bars(peak_ax, THIS_STEP) and not line(peak_ax, NEVER_CLEARED)
-    d.view.value = "cumulative"
-    peak_ax = d.overview_fig.axes[0]
-    assert not bars(peak_ax, THIS_STEP) and line(peak_ax, NEVER_CLEARED)
-    d.view.value = "both"
-    peak_ax = d.overview_fig.axes[0]
-    assert bars(peak_ax, THIS_STEP) and line(peak_ax, NEVER_CLEARED)
+    assert d.view.value == "interval"  # the per-step story first; never cleared one click away
+    assert "never cleared" in CUMULATIVE_MEANS and CUMULATIVE_MEANS.split(":")[0] in d.view_help.value
+    titles = set()
+    for view, drawn in (("interval", (True, False)), ("cumulative", (False, True)), ("both", (True, True))):
+        d.view.value = view
+        peak_ax, kept_ax, _ = d.overview_fig.axes
+        assert (bool(bars(peak_ax, THIS_STEP)), bool(line(peak_ax, NEVER_CLEARED))) == drawn
+        titles.add(d.overview_fig._suptitle.get_text())
+        # the selected step (the newest) stays outlined in every view
+        outlined = [p for p in peak_ax.patches if p.get_label() == "_selected"] + line(peak_ax, "_selected")
+        assert outlined, view
+        assert [p.get_x() + 0.4 for p in kept_ax.patches if p.get_label() == "_selected"] == [2]
+    assert titles == set(VIEW_TITLES.values())
 
 
 def test_choosing_a_step_redraws_the_detail(session):
@@ -207,3 +215,36 @@ def test_frame_lines_drop_the_magic_and_what_runs_it():
     # a Jupyter kernel names cells by a temporary file; a script's own files keep their path
     kernel = [frame("f", "/tmp/ipykernel_4242/3196435227.py", 3), frame("main", "/home/u/memsnap_magic/train.py", 9)]
     assert frame_lines(kernel) == ["f (notebook cell:3)", "main (/home/u/memsnap_magic/train.py:9)"]
+
+
+def test_the_step_a_user_picked_stays_while_new_steps_arrive(session):
+    d = Dashboard(session)
+    assert d.follow.value and d.step.value == 2  # follows the newest until a step is picked
+    d.step.value = 0
+    assert not d.follow.value
+    session.add(interval(4, 14 * MiB, 20 * MiB, 14 * MiB))
+    assert d.step.value == 0 and "Step 1" in d.detail_fig.axes[0].get_title(loc="left")
+    d.next.click()
+    assert d.step.value == 1 and not d.follow.value
+    d.prev.click()
+    d.prev.click()  # stops at the first step
+    assert d.step.value == 0
+    d.follow.value = True  # back to following: the newest now, and each one that comes
+    assert d.step.value == 3
+    session.add(interval(5, 14 * MiB, 20 * MiB, 14 * MiB))
+    assert d.step.value == 4
+    d.step.value = 4  # picking the newest keeps following
+    assert d.follow.value
+
+
+def test_showing_a_dashboard_again_leaves_one_live(session):
+    old = Dashboard(session)
+    new = Dashboard(session)
+    assert old.superseded and not new.superseded
+    note, still = old.root.children
+    assert "superseded by a newer dashboard · as of step 3" in note.value
+    assert still.value == old._overview_png and still.value[:4] == b"\x89PNG"
+    drawn = old._overview_png
+    session.add(interval(4, 14 * MiB, 20 * MiB, 14 * MiB))  # only the live one redraws
+    assert old._overview_png == drawn and old.step.options != new.step.options
+    assert [label for label, _ in new.step.options][-1] == "4"

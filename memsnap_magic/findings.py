@@ -1,0 +1,94 @@
+"""What a run of steps says at a glance: which steps leaked, which spiked. Numbers only; ``text``
+turns them into the dashboard's headline.
+
+The rules, chosen so that noise makes no claim:
+- a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
+  minus its start); consecutive leaking steps form one run;
+- a step **spikes** when its rise over its start is more than twice the median rise of the steps
+  shown and more than ``max(1 MiB, 1 % of its start)`` above that median.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+from .figures import Figures
+
+if TYPE_CHECKING:
+    from .intervals import Interval
+
+MiB = 1 << 20
+FLOOR = MiB  # below this no step leaks or spikes, whatever its start
+SHARE = 0.01  # ... nor by less than this share of its start
+
+
+@dataclass(frozen=True)
+class Leak:
+    """Consecutive leaking steps: ``first``..``last`` (step numbers) and what each kept."""
+
+    steps: tuple[int, ...]
+    kept: tuple[int, ...]
+    since: int | None  # the step before the run, whose end the run started from
+
+    @property
+    def total(self) -> int:
+        return sum(self.kept)
+
+
+@dataclass(frozen=True)
+class Spike:
+    step: int
+    rise: int  # over its own start
+    typical: int  # the median rise of the steps shown
+
+
+def _threshold(start: int) -> float:
+    return max(FLOOR, SHARE * start)
+
+
+def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
+    """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
+    runs: list[Leak] = []
+    current: list[int] = []
+    for i, iv in enumerate([*intervals, None]):
+        if iv is not None and iv.kept > _threshold(iv.baseline_allocated):
+            current.append(i)
+            continue
+        if current:
+            first = current[0]
+            runs.append(
+                Leak(
+                    steps=tuple(steps[j] for j in current),
+                    kept=tuple(intervals[j].kept for j in current),
+                    since=steps[first - 1] if first > 0 else None,
+                )
+            )
+            current = []
+    return runs
+
+
+def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
+    """Steps whose rise over their start stands out from the others', largest first."""
+    if len(intervals) < 3:  # too few to tell what is typical
+        return []
+    typical = int(median(iv.peak_increase for iv in intervals))
+    found = [
+        Spike(step, iv.peak_increase, typical)
+        for step, iv in zip(steps, intervals)
+        if iv.peak_increase > 2 * typical and iv.peak_increase - typical > _threshold(iv.baseline_allocated)
+    ]
+    return sorted(found, key=lambda s: -s.rise)
+
+
+def born_in(block: dict[str, Any], earlier: Sequence[Interval]) -> int | None:
+    """The step that allocated a block live before this one began: the latest of ``earlier``
+    (same rank and device, in order) that ended with a block of this address and size of its own
+    making. None when none did (allocated before recording, or among blocks too small to keep)."""
+    addr, size = block.get("addr"), block.get("size")
+    for iv in reversed(earlier):
+        if iv.born.get(addr) == size:
+            return iv.step
+    return None

@@ -1,0 +1,102 @@
+"""The dashboard's headline: which steps leaked, which spiked, on runs with known answers."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic import session
+from memsnap_magic.findings import leaks, spikes
+from memsnap_magic.intervals import Interval
+from memsnap_magic.text import headline, step_list
+
+MiB = 1 << 20
+
+
+def interval(step: int, start: int, rise: int, kept: int) -> Interval:
+    return Interval(
+        step=step,
+        rank=0,
+        device="cpu",
+        path=None,
+        baseline_allocated=start,
+        peak_allocated=start + max(rise, kept, 0),
+        end_allocated=start + kept,
+        trace_entries=10,
+    )
+
+
+def run_of(figures: list[tuple[int, int]], start: int = 100 * MiB) -> list[Interval]:
+    """Back-to-back steps 1..n from ``(rise, kept)``: each starts where the last ended."""
+    out = []
+    for step, (rise, kept) in enumerate(figures, start=1):
+        out.append(interval(step, start, rise, kept))
+        start += kept
+    return out
+
+
+def test_a_leak_over_steps_3_to_8_and_a_spike_at_step_5_are_named():
+    figures = [(32 * MiB, 0)] * 10
+    for step in range(3, 9):
+        figures[step - 1] = (32 * MiB, 32 * MiB)
+    figures[4] = (160 * MiB, 32 * MiB)  # step 5: the step's activations and a 128 MiB temporary
+    ivs = run_of(figures)
+    (leak,) = leaks(ivs, [iv.step for iv in ivs])
+    assert leak.steps == (3, 4, 5, 6, 7, 8) and leak.total == 192 * MiB and leak.since == 2
+    (spike,) = spikes(ivs, [iv.step for iv in ivs])
+    assert (spike.step, spike.rise, spike.typical) == (5, 160 * MiB, 32 * MiB)
+    assert headline(ivs) == (
+        "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2) · "
+        "spike: step 5 rose +160.0 MiB over its start (typical +32.0 MiB)"
+    )
+
+
+def test_the_same_story_recorded_for_real_on_the_cpu(shell):
+    shell.run_cell("import torch\nhold = []\nM = 2**20")
+    for step in range(1, 11):
+        body = "acts = torch.empty(32 * M, dtype=torch.uint8)\n"
+        if step == 5:
+            body += "big = torch.empty(128 * M, dtype=torch.uint8)\ndel big\n"
+        body += "del acts\n"
+        if 3 <= step <= 8:
+            body += "hold.append(torch.empty(32 * M, dtype=torch.uint8))\n"
+        assert shell.run_cell(f"%%memsnap step={step} device=cpu\n{body}").success
+    said = headline(session().intervals)
+    assert said.startswith("leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)")
+    assert "spike: step 5 rose +160.0 MiB over its start" in said
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, MiB // 2), st.integers(-(MiB // 2), MiB // 2)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(0, 8 << 30),
+    st.integers(0, 512 * MiB),
+)
+@settings(max_examples=300, deadline=None)
+def test_noise_makes_no_claim(noise, start, typical):
+    # every step rises ~typical and keeps nothing, give or take 0.5 MiB
+    ivs = run_of([(typical + rise, kept) for rise, kept in noise], start=start + MiB)
+    assert leaks(ivs, [iv.step for iv in ivs]) == []
+    assert spikes(ivs, [iv.step for iv in ivs]) == []
+    assert headline(ivs).startswith("no leak or spike")
+
+
+def test_runs_of_uneven_leaks_and_single_steps_are_worded_by_what_they_are():
+    ivs = run_of([(4 * MiB, 0), (12 * MiB, 10 * MiB), (30 * MiB, 20 * MiB), (4 * MiB, 0), (8 * MiB, 8 * MiB)])
+    assert headline(ivs) == (
+        "leak: steps 2–3 kept +10.0 MiB to +20.0 MiB (+30.0 MiB held since step 1) · "
+        "leak: step 5 kept +8.0 MiB (+8.0 MiB held since step 4) · "
+        "spike: step 3 rose +30.0 MiB over its start (typical +8.0 MiB)"
+    )
+    # a leak is judged against the step's start: 1 % of 10 GiB is more than 50 MiB
+    big = run_of([(0, 50 * MiB)] * 3, start=10 << 30)
+    assert leaks(big, [1, 2, 3]) == []
+
+
+def test_step_lists_read_as_ranges_only_when_consecutive():
+    assert step_list([4]) == "step 4"
+    assert step_list([3, 4, 5]) == "steps 3–5"
+    assert step_list([1, 5, 10]) == "steps 1, 5, 10"
