@@ -590,11 +590,11 @@ def section_views(state: State) -> None:
         show_s = time.perf_counter() - t0
     finally:
         captured, shell.display_pub = shell.display_pub.outputs, plain
-    data = captured[-1]["data"] if captured else {}
+    data = captured[-1]["data"] if captured else {}  # the still copy beside the widget
     state.results["views"] = {
         "list_lines": len(buf.getvalue().splitlines()),
         "list_head": buf.getvalue().splitlines()[:4],
-        "show_mimetypes": sorted(data),
+        "show_mimetypes": sorted({mime for output in captured for mime in output["data"]}),
         "show_s": round(show_s, 3),
         "show_text": data.get("text/plain", "")[:2000],
     }

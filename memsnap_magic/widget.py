@@ -88,6 +88,7 @@ class Dashboard:
         self.next.on_click(lambda _: self._move(1))
         self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
         self.superseded = False
+        self._still: Any = None  # the display handle of the still copy, once displayed
         self.session.subscribe(self._on_new_interval)
         previous = STATE.live_dashboard() if STATE.live_dashboard is not None else None
         if previous is not None and previous is not self:
@@ -118,6 +119,7 @@ class Dashboard:
         steps = [iv.step for iv in self.shown()]
         note = w.HTML("<i>superseded by a newer dashboard" + (f" · as of step {steps[-1]}" if steps else "") + "</i>")
         still = w.Image(value=self._overview_png, format="png", layout=self.overview.layout)
+        self._update_still()
         old = self.root.children
         self.root.children = (note, still)
         for widget in old:
@@ -184,6 +186,7 @@ class Dashboard:
         self.header.value = header
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
+        self._update_still()
 
     def _draw_step(self) -> None:
         if self._updating:
@@ -215,11 +218,53 @@ class Dashboard:
         self.session.unsubscribe(self._on_new_interval)
         _close_all(self.root)
 
+    def _ipython_display_(self) -> None:
+        """The live widget, and beside it a still copy (the overview and the table) kept current
+        through a display id: a notebook reopened without its kernel, or exported, shows the copy
+        (JupyterLab saves no widget state by default and does not fall back to a widget output's
+        image). While the widget is live, CSS hides the copy."""
+        from IPython.display import display
+
+        display(self._widget_bundle(), raw=True)
+        self._still = display(self._still_bundle(), raw=True, display_id=True)
+
+    def _widget_bundle(self) -> dict[str, Any]:
+        bundle = self.root._repr_mimebundle_()
+        bundle["text/plain"] = "memsnap dashboard (live while its kernel runs; a still copy follows)"
+        return bundle
+
+    def _still_bundle(self) -> dict[str, Any]:
+        ivs = self.shown()
+        png = base64.b64encode(self._overview_png).decode("ascii")
+        table = interval_table(ivs if self.group.value != ALL_RANKS else self.session.intervals)
+        as_of = f"as of step {ivs[-1].step} ({len(ivs)} step{'s' * (len(ivs) != 1)})" if ivs else "no steps yet"
+        state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
+        return {
+            "text/html": (
+                f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE}</style>"
+                f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
+                f"{state}</div><img src='data:image/png;base64,{png}' style='max-width:100%'>"
+                f"<pre style='font-size:smaller'>{html.escape(table)}</pre></div>"
+            ),
+            "image/png": png,
+            "text/plain": f"memsnap {as_of}\n{table}",
+        }
+
+    def _update_still(self) -> None:
+        if self._still is not None:
+            self._still.update(self._still_bundle(), raw=True)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """For callers that format instead of displaying: the widget with the still copy's image."""
         bundle = self.root._repr_mimebundle_(**kwargs)
         bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
         bundle["text/plain"] = interval_table(self.session.intervals)
         return bundle
+
+
+STILL = "memsnap-still"
+# The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
+_HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
 
 
 def _close_all(widget: w.Widget) -> None:

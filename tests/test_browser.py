@@ -386,6 +386,10 @@ def test_dashboard_renders_with_its_controls(demo):
     assert dash.locator(".widget-dropdown select:visible").count() == 1
     assert "8 steps" in dash.locator(".widget-html").first.inner_text()
     assert "Largest allocations alive at the peak" in dash.inner_text()
+    # the still copy beside the live widget is there, current, and hidden while the widget lives
+    still = p.locator(".memsnap-still")
+    assert still.count() == 1 and still.is_hidden()
+    assert "as of step 10 (8 steps)" in (still.text_content() or "")
 
 
 def test_choosing_a_step_changes_the_detail_image(demo):
@@ -493,3 +497,37 @@ def test_no_javascript_errors(demo):
         print("ignored (offline sandbox):", *ignored, sep="\n  ")
     errors = [e for e in seen if not _OFFLINE.match(e)]
     assert errors == [], "\n".join(errors)
+
+
+def test_a_reopened_notebook_shows_the_still_copy(lab, demo, browser):
+    """Saved, its kernel shut down, opened again: no widget state was saved (JupyterLab's
+    default), so the dashboard's place shows the still copy, as of the last step."""
+    p = demo.page
+    p.click(".jp-Notebook .jp-Cell .jp-InputPrompt >> nth=0")
+    p.keyboard.press("Control+s")
+    saved = lab.root / "demo.ipynb"
+    deadline = time.monotonic() + 30
+    while "as of step 10 (8 steps)" not in saved.read_text() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert "as of step 10 (8 steps)" in saved.read_text()
+    for kernel in lab.api("/api/kernels") or []:
+        lab.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+    context = browser.new_context(viewport={"width": 1400, "height": 1700})
+    try:
+        again = context.new_page()
+        again.set_default_timeout(TIMEOUT_MS)
+        again.goto(f"{lab.url}/lab/tree/demo.ipynb?token={lab.token}")
+        still = again.locator(".memsnap-still")
+        still.wait_for(state="visible")
+        assert again.locator(DASHBOARD).count() == 0  # no live widget: nothing hides the copy
+        assert "as of step 10 (8 steps)" in still.inner_text() and "cum. peak" in still.inner_text()
+        size = still.locator("img").evaluate(
+            "async img => { if (!img.complete) await new Promise(r => { img.onload = img.onerror = r; });"
+            " return [img.naturalWidth, img.naturalHeight]; }"
+        )
+        assert size[0] > 200 and size[1] > 200, size
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        still.scroll_into_view_if_needed()
+        again.screenshot(path=str(ARTIFACTS / "reopened.png"))
+    finally:
+        context.close()

@@ -64,7 +64,12 @@ def test_json_has_the_documented_keys_and_types(dry_run):
     assert isinstance(data["added_latency_ratio"], float) and data["added_latency_ratio"] > 0
     assert data["oom"] == {"skipped": True, "reason": "no CUDA device (dry run)"}
     assert data["auto_device"]["ok"] and data["auto_device"]["device"] == "cpu"
-    assert data["views"]["show_mimetypes"] == ["application/vnd.jupyter.widget-view+json", "image/png", "text/plain"]
+    assert data["views"]["show_mimetypes"] == [
+        "application/vnd.jupyter.widget-view+json",
+        "image/png",
+        "text/html",
+        "text/plain",
+    ]
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
     assert data["async_allocator"]["skipped"] is True
     assert all(s["ok"] for s in data["sections"].values())

@@ -339,9 +339,17 @@ def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
     sh = torch_ns
     run(sh, "%%memsnap\nu = torch.empty(2**20, dtype=torch.uint8)")
     sh.run_line_magic("memsnap", "show")
-    data = sh.display_pub.outputs[-1]["data"]
-    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(data)
-    assert "1.0 MiB" in data["text/plain"]
+    live, still = (o["data"] for o in sh.display_pub.outputs[-2:])
+    assert set(live) == {"application/vnd.jupyter.widget-view+json", "text/plain"}
+    # beside the widget, a still copy for reopened or exported notebooks, kept current by its id
+    assert set(still) == {"text/html", "image/png", "text/plain"}
+    display_id = sh.display_pub.outputs[-1]["transient"]["display_id"]
+    assert "as of step 1 (1 step)" in still["text/plain"] and "1.0 MiB" in still["text/plain"]
+    assert "data:image/png;base64," + still["image/png"] in still["text/html"]
+    run(sh, "%%memsnap\nv = torch.empty(2**21, dtype=torch.uint8)")
+    updated = sh.display_pub.outputs[-1]
+    assert updated["update"] and updated["transient"]["display_id"] == display_id
+    assert "as of step 2 (2 steps)" in updated["data"]["text/plain"]
     import matplotlib.pyplot as plt
 
     assert plt.get_fignums() == []  # figures are not left registered with pyplot

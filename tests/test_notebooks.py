@@ -81,14 +81,31 @@ def test_demo_files_hold_only_their_own_step(executed):
     assert windows[4][1] < windows[5][1] < windows[6][1] < windows[8][0]
 
 
+def test_an_html_export_without_widget_state_shows_the_still_copy(executed):
+    import copy
+
+    from nbconvert import HTMLExporter
+
+    nb, _ = ran(executed, "demo.ipynb")
+    bare = copy.deepcopy(nb)
+    bare.metadata.pop("widgets", None)  # as JupyterLab saves by default
+    body, _ = HTMLExporter().from_notebook_node(bare)
+    at = body.index("memsnap-still")
+    assert "as of step 10 (8 steps)" in body[at : at + 2000]
+    assert "data:image/png;base64,iVBOR" in body[at : at + 3000]
+    assert "cum. peak" in body[at:]
+
+
 def test_demo_dashboard_survives_in_saved_widget_state(executed):
     import base64
 
     nb, _ = ran(executed, "demo.ipynb")
     show = next(c for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%memsnap show")
-    data = show.outputs[0]["data"]
-    assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(data)
-    assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"  # for GitHub and nbconvert
+    data, still = (o["data"] for o in show.outputs[:2])
+    assert "application/vnd.jupyter.widget-view+json" in data
+    # the still copy beside it, as of the last step run (it was updated after the show cell)
+    assert base64.b64decode(still["image/png"])[:4] == b"\x89PNG"  # for GitHub, nbconvert, reopening
+    assert "as of step 10 (8 steps)" in still["text/plain"] and "memsnap-still" in still["text/html"]
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     root = state[data["application/vnd.jupyter.widget-view+json"]["model_id"]]
     assert "memsnap-dashboard" in root["state"]["_dom_classes"]
