@@ -23,7 +23,15 @@ from .canvas import TextCacheCanvas
 from .text import fmt_bytes
 
 BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
-DPI = 80
+# Pictures follow the output's width, so what matters is text size relative to figure width.
+# JupyterLab in a 1000-px window with its side bar open gives an output 568 px wide: a 6.4-inch
+# figure (Jupyter's usual inline size) with 11-pt text shows it there at 13.6 px, above the
+# UI font's 13 px; wider outputs only make it larger.
+WIDTH = 6.4  # inches
+DPI = 100  # layout pixels per inch (640 px wide at 1x)
+SCALE = 2  # PNGs carry twice the pixels, so text stays sharp when the image is scaled up
+FONT = 11  # points: the smallest text in any figure
+TITLE_FONT = 12
 
 
 def byte_step(span: float, ticks: int = 5) -> float:
@@ -59,10 +67,6 @@ def byte_axis(ax: Any, from_zero: bool = True) -> None:
     ax.set_axisbelow(True)
 
 
-def legend_above(ax: Any) -> None:
-    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
-
-
 def figure_legend(fig: Figure, axes: Sequence[Any]) -> None:
     """One legend for all panels (each legend costs ~30 ms to draw), under the title."""
     handles, labels = [], []
@@ -75,7 +79,7 @@ def figure_legend(fig: Figure, axes: Sequence[Any]) -> None:
         fig.legend(
             handles,
             labels,
-            fontsize=9,
+            fontsize=FONT,
             loc="upper center",
             bbox_to_anchor=(0.5, 0.96),
             ncol=len(handles),
@@ -100,15 +104,20 @@ def reuse_figure(
             ax.set_ylim(0, 1, auto=True)
         fig.legends.clear()
         return fig, fig.axes
-    fig = Figure(figsize=(9.5, height), dpi=DPI)
+    fig = Figure(figsize=(WIDTH, height), dpi=DPI)
     TextCacheCanvas(fig)
     fig._memsnap_kind = kind  # type: ignore[attr-defined]
-    return fig, layout(fig)
+    axes = layout(fig)
+    for ax in axes:  # kept by ticks made later, unlike a temporary rcParams setting
+        ax.tick_params(labelsize=FONT)
+        ax.xaxis.label.set_size(FONT)
+        ax.yaxis.label.set_size(FONT)
+    return fig, axes
 
 
 def panel_title(ax: Any, text: str, **kwargs: Any) -> None:
     # an explicit y spares matplotlib re-measuring every tick label at each draw to place the title
-    ax.set_title(text, fontsize=10, loc="left", y=1.0, **kwargs)
+    ax.set_title(text, fontsize=FONT, loc="left", y=1.0, **kwargs)
 
 
 def step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
@@ -150,7 +159,7 @@ def bars(
 
 def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})  # fast; small PNGs anyway
+    fig.savefig(buf, format="png", dpi=DPI * SCALE, pil_kwargs={"compress_level": 1})  # fast; small PNGs anyway
     return buf.getvalue()
 
 
@@ -166,6 +175,6 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
             textcoords="offset points",
             xytext=(0, 3),
             ha="center",
-            fontsize=8,
+            fontsize=FONT,
             color=color,
         )

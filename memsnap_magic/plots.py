@@ -14,11 +14,12 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import AutoLocator, FuncFormatter, NullLocator
 
 from .plotkit import (
+    FONT,
+    TITLE_FONT,
     bars,
     byte_axis,
     figure_legend,
     label_largest,
-    legend_above,
     panel_title,
     png,
     reuse_figure,
@@ -28,35 +29,36 @@ from .text import fmt_bytes
 
 VIEWS = ("interval", "cumulative", "both")
 BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
-THIS_STEP = "this step (history cleared after each)"
-NEVER_CLEARED = "never cleared (cumulative)"
+THIS_STEP = "this step"
+NEVER_CLEARED = "never cleared"
+AT_START = "live at step start"
 
-__all__ = ["NEVER_CLEARED", "THIS_STEP", "VIEWS", "detail_figure", "overview_figure", "png", "ranks_figure"]
+__all__ = ["AT_START", "NEVER_CLEARED", "THIS_STEP", "VIEWS", "detail_figure", "overview_figure", "png", "ranks_figure"]
 
 
 # Fixed layouts: constrained layout would double the drawing time.
 def _overview_axes(fig: Figure) -> list[Any]:
     grid = fig.add_gridspec(
-        2, 2, height_ratios=[1.35, 1], left=0.085, right=0.985, top=0.86, bottom=0.075, hspace=0.5, wspace=0.22
+        2, 2, height_ratios=[1.35, 1], left=0.15, right=0.985, top=0.84, bottom=0.085, hspace=0.55, wspace=0.42
     )
     return [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
 
 
 def _detail_axes(fig: Figure) -> list[Any]:
     ax = fig.add_subplot()
-    fig.subplots_adjust(left=0.085, right=0.985, top=0.86, bottom=0.16)
+    fig.subplots_adjust(left=0.15, right=0.985, top=0.8, bottom=0.17)
     return [ax]
 
 
 def _ranks_axes(fig: Figure) -> list[Any]:
-    grid = fig.add_gridspec(2, 1, height_ratios=[1.35, 1], left=0.085, right=0.985, top=0.86, bottom=0.075, hspace=0.5)
+    grid = fig.add_gridspec(2, 1, height_ratios=[1.35, 1], left=0.15, right=0.985, top=0.84, bottom=0.085, hspace=0.55)
     return [fig.add_subplot(grid[0]), fig.add_subplot(grid[1])]
 
 
 VIEW_TITLES = {
-    "interval": "Memory per step: each snapshot holds only its own step (history cleared after each)",
-    "cumulative": "Never cleared: what each snapshot would hold if recording were never cleared",
-    "both": "Per step vs never cleared: the gap is the history a never-cleared snapshot drags along",
+    "interval": "Per step: each snapshot holds only its own step",
+    "cumulative": "Never cleared: each snapshot would hold every earlier step",
+    "both": "Per step vs never cleared: the gap is old history",
 }
 
 
@@ -68,10 +70,10 @@ def overview_figure(
     fig: Figure | None = None,
 ) -> Figure:
     """Peaks (interval vs cumulative), what each step kept, and snapshot sizes, one column per step."""
-    fig, (peak_ax, kept_ax, size_ax) = reuse_figure(fig, "overview", 6.4, _overview_axes)
+    fig, (peak_ax, kept_ax, size_ax) = reuse_figure(fig, "overview", 5.8, _overview_axes)
     x = list(range(len(intervals)))
     labels = [str(iv.step) for iv in intervals]
-    fig.suptitle(title or VIEW_TITLES.get(view, VIEW_TITLES["both"]), fontsize=12, y=0.985)
+    fig.suptitle(title or VIEW_TITLES.get(view, VIEW_TITLES["both"]), fontsize=TITLE_FONT, y=0.985)
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
 
@@ -79,7 +81,7 @@ def overview_figure(
     rise = [iv.peak_increase for iv in intervals]
     marker = "o--" if len(x) <= 60 else "--"
     if show_interval and x:
-        bars(peak_ax, x, base, color=BASE, label="live at the step's start")
+        bars(peak_ax, x, base, color=BASE, label=AT_START)
         bars(peak_ax, x, rise, bottom=base, color=RISE, label=THIS_STEP)
         if selected is not None and 0 <= selected < len(x):
             peak_ax.add_patch(
@@ -111,7 +113,7 @@ def overview_figure(
                 xytext=(0, 6),
                 ha="center",
                 color=ERR,
-                fontsize=8,
+                fontsize=FONT,
                 fontweight="bold",
             )
     peak_ax.margins(y=0.12)
@@ -137,7 +139,7 @@ def overview_figure(
             )
     kept_ax.axhline(0, color="black", linewidth=0.8)
     label_largest(kept_ax, kept, color=KEPT, prefix="+")
-    panel_title(kept_ax, "What each step kept: end − start (a leak stands out)")
+    panel_title(kept_ax, "Kept: end − start")
     kept_ax.margins(y=0.15)
     byte_axis(kept_ax, from_zero=False)
     step_axis(kept_ax, labels)
@@ -146,7 +148,7 @@ def overview_figure(
         bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label=THIS_STEP)
     if show_cumul and x:
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL, label=NEVER_CLEARED)
-    panel_title(size_ax, "Snapshot size (trace entries)")
+    panel_title(size_ax, "Snapshot size (entries)")
     size_ax.set_ylim(bottom=0)
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     size_ax.grid(axis="y", alpha=0.3)
@@ -162,7 +164,7 @@ def overview_figure(
             transform=peak_ax.transAxes,
             ha="center",
             va="center",
-            fontsize=11,
+            fontsize=FONT,
             color="gray",
         )
     return fig
@@ -174,8 +176,8 @@ def detail_figure(iv: Any, fig: Figure | None = None) -> Figure:
     where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
     panel_title(
         ax,
-        f"Step {iv.step} ({where}): allocated memory over the step — start "
-        f"{fmt_bytes(iv.baseline_allocated)} (dashed), peak {fmt_bytes(iv.peak_allocated)} (▼)",
+        f"Step {iv.step} ({where}): allocated memory over the step\n"
+        f"start {fmt_bytes(iv.baseline_allocated)} (dashed) · peak {fmt_bytes(iv.peak_allocated)} (▼)",
     )
     t, y = iv.time_us, iv.allocated
     if t is None or len(t) == 0:
@@ -222,12 +224,12 @@ def ranks_figure(intervals: Sequence[Any], selected: int | None = None, fig: Fig
     x = list(range(len(steps)))
     labels = [str(s) for s in steps]
     ranks = len({(iv.rank, iv.device) for iv in intervals})
-    fig, (peak_ax, gap_ax) = reuse_figure(fig, "ranks", 6.4, _ranks_axes)
-    fig.suptitle(f"Peak allocated memory per step across {ranks} ranks/devices", fontsize=12, y=0.985)
-    panel_title(peak_ax, "Largest and smallest rank's peak", pad=18)
+    fig, (peak_ax, gap_ax) = reuse_figure(fig, "ranks", 5.8, _ranks_axes)
+    fig.suptitle(f"Peak per step across {ranks} ranks/devices", fontsize=TITLE_FONT, y=0.985)
+    panel_title(peak_ax, "Largest and smallest rank's peak")
     if x:
-        bars(peak_ax, x, hi, color=RISE, label="largest rank's peak")
-        bars(peak_ax, x, lo, color=BASE, label="smallest rank's peak")
+        bars(peak_ax, x, hi, color=RISE, label="largest")
+        bars(peak_ax, x, lo, color=BASE, label="smallest")
         dots = [(i, p) for i, ps in enumerate(peaks) for p in ps]
         peak_ax.plot([d[0] for d in dots], [d[1] for d in dots], ".", color="black", markersize=4, label="each rank")
         if selected is not None and 0 <= selected < len(x):
@@ -242,7 +244,7 @@ def ranks_figure(intervals: Sequence[Any], selected: int | None = None, fig: Fig
                     label="_selected",
                 )
             )
-        legend_above(peak_ax)
+        figure_legend(fig, [peak_ax])
     peak_ax.margins(y=0.12)
     byte_axis(peak_ax)
     step_axis(peak_ax, labels, ticks=16)

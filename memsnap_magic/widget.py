@@ -55,12 +55,14 @@ class Dashboard:
         self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
         self.follow = w.Checkbox(value=True, description="follow newest", indent=False)
         self.header = w.HTML()
+        self.header.add_class("memsnap-headline")
         self.overview = w.Image(format="png")
         self.error = w.HTML()
         self.detail = w.Image(format="png")
         self.blocks = w.HTML()
         self.root = w.VBox(
             [
+                w.HTML(f"<style>{THEME_CSS}</style>"),
                 self.header,
                 w.HBox([self.view, self.group]),
                 self.view_help,
@@ -72,10 +74,11 @@ class Dashboard:
             ]
         )
         self.root.add_class("memsnap-dashboard")
-        # images at their own pixel size (a stretched PNG blurs), at most the output's width
         self.root.layout.align_items = "flex-start"
+        # images follow the output's width (up to a size where the text is already large); their
+        # PNGs carry 2x the pixels, so text stays sharp
         for image in (self.overview, self.detail):
-            image.layout = w.Layout(max_width="100%", height="auto", margin="6px 0")
+            image.layout = w.Layout(width="100%", max_width=MAX_WIDTH, height="auto", margin="6px 0")
         self.overview_fig: Any = None
         self.detail_fig: Any = None
         self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
@@ -241,9 +244,9 @@ class Dashboard:
         state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
         return {
             "text/html": (
-                f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE}</style>"
+                f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
                 f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
-                f"{state}</div><img src='data:image/png;base64,{png}' style='max-width:100%'>"
+                f"{state}</div><img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}'>"
                 f"<pre style='font-size:smaller'>{html.escape(table)}</pre></div>"
             ),
             "image/png": png,
@@ -263,6 +266,17 @@ class Dashboard:
 
 
 STILL = "memsnap-still"
+MAX_WIDTH = "1100px"  # the figures' 11-pt text is 26 px there
+# PNGs bake their colours in and the kernel cannot know the theme: in a dark theme (JupyterLab's
+# attribute, VS Code's class) the pictures are inverted, hues turned back, so they are dark with
+# light text instead of glaring white boxes. The selected view button takes the theme's brand colour.
+_DARK = ("body[data-jp-theme-light='false']", "body.vscode-dark")
+THEME_CSS = (
+    ", ".join(f"{d} .memsnap-dashboard img, {d} .{STILL} img" for d in _DARK)
+    + " {filter: invert(0.9) hue-rotate(180deg);} "
+    + ".memsnap-dashboard .widget-toggle-button.mod-active {background: var(--jp-brand-color1, #1976d2);"
+    + " color: var(--jp-ui-inverse-font-color1, #fff); font-weight: bold;}"
+)
 # The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
 _HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
 

@@ -384,7 +384,7 @@ def test_dashboard_renders_with_its_controls(demo):
     # one rank: the rank dropdown is there but hidden
     assert dash.locator(".widget-dropdown").count() == 2
     assert dash.locator(".widget-dropdown select:visible").count() == 1
-    assert "8 steps" in dash.locator(".widget-html").first.inner_text()
+    assert "8 steps" in dash.locator(".memsnap-headline").inner_text()
     assert "Largest allocations alive at the peak" in dash.inner_text()
     # the still copy beside the live widget is there, current, and hidden while the widget lives
     still = p.locator(".memsnap-still")
@@ -436,6 +436,80 @@ def _set_controls(demo, view: str, step: str) -> None:
         select.select_option(label=step)
         demo.wait_image_change(1, detail)
         demo.wait_image_change(0, overview)  # redrawn last, with the new step outlined
+
+
+def _set_theme(p, name: str) -> None:
+    light = "true" if name == "JupyterLab Light" else "false"
+    if p.locator(f'body[data-jp-theme-name="{name}"]').count():
+        return
+    p.click('.lm-MenuBar-itemLabel:text-is("Settings")')
+    p.hover('.lm-Menu-itemLabel:text-is("Theme")')
+    p.click(f'.lm-Menu-itemLabel:text-is("{name}")')
+    p.wait_for_selector(f'body[data-jp-theme-name="{name}"][data-jp-theme-light="{light}"]', state="attached")
+    time.sleep(1.0)  # the theme's stylesheet takes a moment to apply
+
+
+def _luminance(rgb: tuple[float, ...]) -> float:
+    """WCAG relative luminance of an sRGB colour given as 0-255 channels."""
+    c = [v / 255 for v in rgb[:3]]
+    c = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+
+def _contrast(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+_RGB = "el => getComputedStyle(el)[prop].match(/[0-9.]+/g).map(Number)"
+
+
+def test_pictures_follow_the_width_sharp_and_themed(demo):
+    from PIL import Image, ImageStat
+
+    from memsnap_magic.plotkit import DPI, FONT, SCALE, WIDTH
+
+    p = demo.page
+    dash = p.locator(DASHBOARD)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        for width in (1000, 1400):
+            p.set_viewport_size({"width": width, "height": 3000})  # the whole dashboard in one shot
+            time.sleep(0.5)
+            for theme in ("JupyterLab Light", "JupyterLab Dark"):
+                _set_theme(p, theme)
+                dash.scroll_into_view_if_needed()
+                shot = ARTIFACTS / f"dashboard-{'dark' if 'Dark' in theme else 'light'}-{width}.png"
+                dash.screenshot(path=str(shot))
+                img = p.locator(IMAGES).first
+                shown, natural, box = img.evaluate(
+                    "img => [img.clientWidth, img.naturalWidth, img.parentElement.clientWidth]"
+                )
+                assert abs(shown - box) <= 16, (shown, box)  # the picture follows the output's width
+                dpr = p.evaluate("window.devicePixelRatio")
+                assert natural == round(WIDTH * DPI * SCALE) and SCALE >= 2, natural  # 2x the layout's pixels
+                assert natural >= shown * dpr, (natural, shown, dpr)  # never blown up on this screen
+                ui = float(p.evaluate("getComputedStyle(document.body).getPropertyValue('--jp-ui-font-size1')")[:-2])
+                smallest = FONT * shown / (natural / (DPI * SCALE) * 72)  # px of the smallest text
+                assert smallest >= ui, (width, smallest, ui)  # 1000 px: the output is 568 px, side bar open
+                mean = ImageStat.Stat(Image.open(shot).convert("L")).mean[0] / 255
+                if "Dark" in theme:
+                    assert mean < 0.4, f"{shot.name}: a glaring box ({mean:.2f})"
+                else:
+                    assert mean > 0.6, f"{shot.name}: {mean:.2f}"
+                # the header's text against the page, and the selected view against the others
+                header = dash.locator(".memsnap-headline")
+                text = header.evaluate(_RGB.replace("prop", "'color'"))
+                page_bg = p.locator(".jp-Notebook").evaluate(_RGB.replace("prop", "'backgroundColor'"))
+                assert _contrast(text, page_bg) >= 4.5, (theme, text, page_bg)
+                buttons = dash.locator("button.widget-toggle-button")
+                active = buttons.nth(0).evaluate(_RGB.replace("prop", "'backgroundColor'"))
+                other = buttons.nth(1).evaluate(_RGB.replace("prop", "'backgroundColor'"))
+                label = buttons.nth(0).evaluate(_RGB.replace("prop", "'color'"))
+                assert _contrast(active, other) >= 1.5 and _contrast(label, active) >= 4.5, (theme, active, other)
+    finally:
+        p.set_viewport_size({"width": 1400, "height": 1700})
+        _set_theme(p, "JupyterLab Light")
 
 
 def test_screenshots_light_and_dark(demo):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memsnap_magic.intervals import Interval
-from memsnap_magic.plots import NEVER_CLEARED, THIS_STEP
+from memsnap_magic.plots import AT_START, NEVER_CLEARED, THIS_STEP
 from memsnap_magic.session_state import Session
 from memsnap_magic.text import blocks_table, frame_lines
 from memsnap_magic.widget import Dashboard
@@ -70,7 +70,7 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
     d = Dashboard(session)
     d.view.value = "both"
     peak_ax, kept_ax, size_ax = d.overview_fig.axes
-    (base,) = bars(peak_ax, "live at the step's start")
+    (base,) = bars(peak_ax, AT_START)
     (rise,) = bars(peak_ax, THIS_STEP)
     assert base == [10 * MiB, 10 * MiB, 14 * MiB]
     assert rise == [20 * MiB, 40 * MiB, 20 * MiB]
@@ -137,8 +137,8 @@ def test_several_ranks_show_max_min_and_imbalance_then_one_rank(session):
     assert d.group.layout.display == "" and d.group.value == "all"
     assert [label for label, _ in d.group.options] == ["all ranks", "rank 0 · cpu", "rank 1 · cpu"]
     peak_ax, gap_ax = d.overview_fig.axes
-    assert bars(peak_ax, "largest rank's peak") == [[70 * MiB, 50 * MiB, 34 * MiB]]
-    assert bars(peak_ax, "smallest rank's peak") == [[30 * MiB, 45 * MiB, 34 * MiB]]
+    assert bars(peak_ax, "largest") == [[70 * MiB, 50 * MiB, 34 * MiB]]
+    assert bars(peak_ax, "smallest") == [[30 * MiB, 45 * MiB, 34 * MiB]]
     assert bars(gap_ax, "imbalance") == [[40 * MiB, 5 * MiB, 0]]
     assert [(iv.step, iv.rank) for iv in d.shown()] == [(1, 1), (2, 0), (3, 0)]  # the top rank per step
     d.step.value = 0
