@@ -158,6 +158,35 @@ def headline(intervals: Sequence[Interval]) -> str:
     return " · ".join(parts)
 
 
+def bar_figures(iv: Interval) -> str:
+    """One step's figures, exact to the byte, for the bar the pointer is on (the dashboard)."""
+    where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
+    failed = f" · raised {iv.error}" if iv.error else ""
+    return (
+        f"<b>step {iv.step}</b> ({html.escape(where)}){html.escape(failed)}: peak {_exact(iv.peak_allocated)}"
+        f" = start {_exact(iv.baseline_allocated)} + {_exact(iv.peak_increase)} in the step"
+        f" · kept {_exact(iv.kept, signed=True)} · {iv.trace_entries:,} entries"
+        f"<br>never cleared, its snapshot would hold {iv.cumulative_trace_entries:,} entries"
+        f" and show a peak of {_exact(iv.cumulative_peak_allocated)}"
+    )
+
+
+def ranks_figures(intervals: Sequence[Interval]) -> str:
+    """One step across ranks/devices: the largest and smallest peak and their gap, exact."""
+    ranked = sorted(intervals, key=lambda iv: iv.peak_allocated)
+    low, high = ranked[0], ranked[-1]
+    return (
+        f"<b>step {high.step}</b> across {len(ranked)} ranks/devices: largest peak {_exact(high.peak_allocated)}"
+        f" (rank {high.rank} · {html.escape(high.device)}), smallest {_exact(low.peak_allocated)}"
+        f" (rank {low.rank} · {html.escape(low.device)}), gap {_exact(high.peak_allocated - low.peak_allocated)}"
+    )
+
+
+def _exact(n: int, signed: bool = False) -> str:
+    sign = "+" if signed and n > 0 else ""
+    return f"{fmt_bytes(n, signed=signed)} ({sign}{n:,} B)"
+
+
 def loaded_line(intervals: Sequence[Interval]) -> str:
     """What ``%memsnap load`` brought in."""
     steps = sorted({iv.step for iv in intervals})

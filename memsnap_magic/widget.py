@@ -1,9 +1,10 @@
 """The dashboard: per-step overview, view control, and one step's detail, from stock ipywidgets.
 
 It reads the session and never touches torch. Plots are PNGs in ``Image`` widgets, so they
-update in place, survive in saved widget state, and need no custom JavaScript. Displayed, the
-dashboard also carries an ``image/png`` and a text table for frontends without widgets
-(nbconvert, GitHub, a terminal).
+update in place, survive in saved widget state, and need no custom JavaScript of ours: clicks and
+hovers on the overview come from ipyevents (a small, maintained widget library) in the PNG's own
+pixels, and ``pointing`` maps them to steps. Displayed, the dashboard also carries a still copy
+(an ``image/png`` and a text table) for reopened notebooks and frontends without widgets.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import weakref
 from typing import Any
 
 import ipywidgets as w
+from ipyevents import Event
 
 from . import plots
 from .intervals import Interval
+from .pointing import column_at
 from .session_state import Session
 from .state import STATE
-from .text import blocks_table, headline, interval_table
+from .text import bar_figures, blocks_table, headline, interval_table, ranks_figures
 
 ALL_RANKS = "all"
 CUMULATIVE_MEANS = (
     "cumulative: what each snapshot would hold if the history were never cleared, every earlier "
     "step included (the ever-growing files memsnap avoids)"
 )
+POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
 
 
@@ -57,6 +61,8 @@ class Dashboard:
         self.header = w.HTML()
         self.header.add_class("memsnap-headline")
         self.overview = w.Image(format="png")
+        self.readout = w.HTML(f"<small style='opacity:0.75'>{POINT_HINT}</small>")
+        self.readout.add_class("memsnap-readout")
         self.error = w.HTML()
         self.detail = w.Image(format="png")
         self.blocks = w.HTML()
@@ -67,6 +73,7 @@ class Dashboard:
                 w.HBox([self.view, self.group]),
                 self.view_help,
                 self.overview,
+                self.readout,
                 w.HBox([self.step, self.prev, self.next, self.follow]),
                 self.error,
                 self.detail,
@@ -90,6 +97,13 @@ class Dashboard:
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(1))
         self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
+        # clicks and leaving at once; moves at most every 80 ms (each is a round trip to the kernel)
+        self._events = [
+            Event(source=self.overview, watched_events=["click", "mouseleave"]),
+            Event(source=self.overview, watched_events=["mousemove"], wait=80, throttle_or_debounce="throttle"),
+        ]
+        for event in self._events:
+            event.on_dom_event(self._on_pointer)
         self.superseded = False
         self._still: Any = None  # the display handle of the still copy, once displayed
         self.session.subscribe(self._on_new_interval)
@@ -109,6 +123,25 @@ class Dashboard:
                 self.follow.value = self.step.value == last
         self._draw_step()
 
+    def _on_pointer(self, event: dict[str, Any]) -> None:
+        """A click on a step's column opens it; hovering shows its figures; leaving, the hint."""
+        kind, x, y = event.get("event"), event.get("dataX"), event.get("dataY")
+        shown = self.shown()
+        i = (
+            column_at(self.overview_fig, x, y, len(shown))
+            if isinstance(x, (int, float)) and isinstance(y, (int, float))
+            else None
+        )
+        if kind == "click" and i is not None:
+            self.step.value = i
+        elif kind == "mousemove" and i is not None:
+            if self.group.value == ALL_RANKS:
+                self.readout.value = ranks_figures([iv for iv in self.session.intervals if iv.step == shown[i].step])
+            else:
+                self.readout.value = bar_figures(shown[i])
+        elif kind in ("mousemove", "mouseleave"):
+            self.readout.value = f"<small style='opacity:0.75'>{POINT_HINT}</small>"
+
     def _move(self, by: int) -> None:
         if self.step.value is not None:
             self.step.value = min(max(self.step.value + by, 0), len(self.step.options) - 1)
@@ -119,6 +152,8 @@ class Dashboard:
             return
         self.superseded = True
         self.session.unsubscribe(self._on_new_interval)
+        for event in self._events:
+            event.close()
         steps = [iv.step for iv in self.shown()]
         note = w.HTML("<i>superseded by a newer dashboard" + (f" · as of step {steps[-1]}" if steps else "") + "</i>")
         still = w.Image(value=self._overview_png, format="png", layout=self.overview.layout)
@@ -219,6 +254,8 @@ class Dashboard:
     def close(self) -> None:
         """Close the widgets; the session then stops updating this dashboard."""
         self.session.unsubscribe(self._on_new_interval)
+        for event in self._events:
+            event.close()
         _close_all(self.root)
 
     def _ipython_display_(self) -> None:

@@ -21,6 +21,6 @@ PY
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" $LOWEST
 echo "lowest versions: torch==${TORCH_VERSION:-2.13.0} $LOWEST"
 "$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
-  | grep -iE "^(ipython|ipywidgets|matplotlib|numpy|tqdm|torch) " || true
+  | grep -iE "^(ipyevents|ipython|ipywidgets|matplotlib|numpy|tqdm|torch) " || true
 export MPLBACKEND=Agg
 "$VENV/bin/python" -m pytest "$@"

@@ -285,13 +285,15 @@ def browser(lab):
         pw.stop()
 
 
-def _wait_for_connected_kernel(lab: Lab, timeout: float = 90) -> None:
-    """The server's view: the notebook's kernel is idle and the page's websocket is attached.
-
-    The page's own idle indicator can read "idle" before the kernel is connected."""
+def _wait_for_connected_kernel(lab: Lab, timeout: float = 90, path: str | None = None) -> None:
+    """The server's view: the notebook's kernel (``path``'s, else any) is idle and the page's
+    websocket is attached. The page's own idle indicator can read "idle" before that."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         kernels = lab.api("/api/kernels") or []
+        if path is not None:
+            mine = {s["kernel"]["id"] for s in lab.api("/api/sessions") or [] if s.get("path") == path}
+            kernels = [k for k in kernels if k["id"] in mine]
         if any(k.get("execution_state") == "idle" and k.get("connections", 0) > 0 for k in kernels):
             return
         time.sleep(0.25)
@@ -436,6 +438,137 @@ def _set_controls(demo, view: str, step: str) -> None:
         select.select_option(label=step)
         demo.wait_image_change(1, detail)
         demo.wait_image_change(0, overview)  # redrawn last, with the new step outlined
+
+
+def _bar_points(img) -> list[tuple[float, float]]:
+    """Page points at the middle of each dark "this step" bar in the overview's top panel, left
+    to right, found in a screenshot of the image as a user sees it (light theme, per-interval)."""
+    import io
+
+    from PIL import Image
+
+    from memsnap_magic.plots import RISE
+
+    box = img.bounding_box()
+    shot = Image.open(io.BytesIO(img.screenshot())).convert("RGB")
+    scale = shot.width / box["width"]
+    want = tuple(int(RISE[i : i + 2], 16) for i in (1, 3, 5))
+    top = int(shot.height * 0.55)  # the peak panel; the kept and size panels lie below
+    columns: dict[int, list[int]] = {}
+    pixels = shot.load()
+    for x in range(shot.width):
+        for y in range(top):
+            if all(abs(a - b) <= 12 for a, b in zip(pixels[x, y], want)):
+                columns.setdefault(x, []).append(y)
+    runs: list[list[int]] = []
+    for x in sorted(columns):
+        if runs and x - runs[-1][-1] <= 2:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    runs = [r for r in runs if len(r) >= 4]  # bars, not the legend's swatch or anti-aliasing
+    points = []
+    for r in runs:
+        ys = sorted(y for x in r for y in columns[x])
+        points.append((box["x"] + (r[0] + r[-1]) / 2 / scale, box["y"] + ys[len(ys) // 2] / scale))
+    return points
+
+
+def test_pointing_at_a_bar_shows_its_figures_and_clicking_opens_it(demo):
+    p = demo.page
+    _set_controls(demo, "per-interval", "10")
+    img = p.locator(IMAGES).first
+    img.scroll_into_view_if_needed()
+    points = _bar_points(img)
+    assert len(points) == 8, points  # steps 1, 2, 3, 4, 5, 6, 8, 10
+    readout = p.locator(f"{DASHBOARD} .memsnap-readout")
+    p.mouse.move(*points[2])
+    p.wait_for_function("el => el.innerText.includes('step 3')", arg=readout.element_handle(), timeout=TIMEOUT_MS)
+    text = readout.inner_text()
+    assert re.search(r"peak [0-9.]+ MiB \([0-9,]+ B\)", text) and "kept" in text and "entries" in text, text
+    overview, detail = demo.image(0)["src"], demo.image(1)["src"]
+    p.mouse.click(*points[1])  # step 2, the spike
+    demo.wait_image_change(1, detail)
+    demo.wait_image_change(0, overview)
+    assert demo.step_select().locator("option:checked").inner_text() == "2"
+    assert not p.locator(f"{DASHBOARD} .widget-checkbox input").is_checked()  # the user picked a step
+    p.mouse.move(points[0][0], points[0][1] - 2000)  # away: the hint again
+    p.mouse.move(10, 10)
+    p.wait_for_function("el => el.innerText.includes('click to open')", arg=readout.element_handle())
+
+
+FOLLOW_CELLS = [
+    "%load_ext memsnap_magic\nimport torch\n%memsnap config device=cpu out=follow-out",
+    *[f"%%memsnap\nx{n} = torch.ones({n} * 2**18)" for n in (1, 2, 3)],
+    "%memsnap show",
+    "%%memsnap\nx4 = torch.ones(4 * 2**18)",
+    "%memsnap show",
+]
+
+
+def _run_cell(p, n: int) -> None:
+    """Run the n-th code cell alone (click its prompt, Shift+Enter), and wait for the kernel."""
+    p.click(f".jp-Notebook .jp-CodeCell >> nth={n} >> .jp-InputPrompt")
+    p.keyboard.press("Shift+Enter")
+    p.wait_for_function(
+        "n => /\\[[0-9]+\\]/.test("
+        "document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')[n].textContent)",
+        arg=n,
+    )
+    p.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+
+
+def test_the_picked_step_stays_and_a_new_dashboard_supersedes_the_old(lab, browser):
+    """Item 6 in the browser: a step picked on the overview stays picked as a new step arrives;
+    showing the dashboard again leaves the old one as a still picture marked superseded."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in FOLLOW_CELLS])
+    nb.metadata["kernelspec"] = nbformat.read(lab.root / "demo.ipynb", as_version=4).metadata["kernelspec"]
+    nbformat.write(nb, lab.root / "follow.ipynb")
+    context = browser.new_context(viewport={"width": 1400, "height": 1700})
+    page = Page(context.new_page(), lab)
+    p = page.page
+    p.set_default_timeout(TIMEOUT_MS)
+    try:
+        # a workspace of its own: the demo's tab (and its kernel) is not restored beside it
+        p.goto(f"{lab.url}/lab/workspaces/follow/tree/follow.ipynb?token={lab.token}")
+        p.wait_for_selector(".jp-Notebook .jp-Cell")
+        p.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        _wait_for_connected_kernel(lab, path="follow.ipynb")
+        for n in range(5):
+            _run_cell(p, n)
+        dash = p.locator(DASHBOARD)
+        dash.locator("img.widget-image").first.wait_for()
+        select = page.step_select()
+        assert select.locator("option").all_inner_texts() == ["1", "2", "3"]
+        img = p.locator(IMAGES).first
+        p.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle())
+        img.scroll_into_view_if_needed()
+        points = _bar_points(img)
+        assert len(points) == 3, points
+        detail = page.image(1)["src"]
+        p.mouse.click(*points[0])
+        page.wait_image_change(1, detail)
+        assert select.locator("option:checked").inner_text() == "1"
+        _run_cell(p, 5)  # a fourth step arrives
+        p.wait_for_function("s => s.options.length === 4", arg=select.element_handle())
+        assert select.locator("option:checked").inner_text() == "1", "the picked step was left"
+        _run_cell(p, 6)  # the dashboard again
+        p.locator(DASHBOARD).nth(1).locator("img.widget-image").first.wait_for()
+        first = p.locator(".jp-Notebook .jp-CodeCell").nth(4)
+        first.locator(f"{DASHBOARD} >> text=superseded by a newer dashboard").wait_for()
+        assert not first.locator(".memsnap-still").is_visible()  # one picture, not two
+        assert first.locator(".widget-toggle-button").count() == 0  # no controls left on the old one
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        first.screenshot(path=str(ARTIFACTS / "superseded.png"))
+    except Exception as exc:
+        raise AssertionError(f"{exc}; page: {page.debug_shot('follow')}; console: {page.errors}") from exc
+    finally:
+        context.close()
+        for kernel in lab.api("/api/kernels") or []:
+            if kernel.get("connections", 0) == 0:
+                lab.api(f"/api/kernels/{kernel['id']}", method="DELETE")
 
 
 def _set_theme(p, name: str) -> None:

@@ -248,3 +248,61 @@ def test_showing_a_dashboard_again_leaves_one_live(session):
     session.add(interval(4, 14 * MiB, 20 * MiB, 14 * MiB))  # only the live one redraws
     assert old._overview_png == drawn and old.step.options != new.step.options
     assert [label for label, _ in new.step.options][-1] == "4"
+
+
+def _png_point(fig, ax, x, y):
+    """Where data point (x, y) of ``ax`` lies in the figure's PNG, in its pixels (as ipyevents'
+    dataX/dataY report it for an Image widget, whatever size the page shows it at)."""
+    from memsnap_magic.plotkit import SCALE
+
+    px, py = ax.transData.transform((x, y))
+    return px * SCALE, (fig.bbox.height - py) * SCALE
+
+
+def _send(d, event, x=None, y=None):
+    """Deliver a DOM event the way the browser does: through the Event widget's message handler."""
+    content = {"event": event}
+    if x is not None:
+        content.update(dataX=round(x), dataY=round(y))
+    watching = next(e for e in d._events if event in e.watched_events)
+    watching._handle_mouse_msg(None, content, [])
+
+
+def test_clicking_a_steps_bar_opens_it_and_hovering_shows_exact_figures(session):
+    d = Dashboard(session)
+    fig = d.overview_fig
+    peak_ax, kept_ax, _ = fig.axes
+    _send(d, "click", *_png_point(fig, peak_ax, 0, 20 * MiB))  # step 1's bar
+    assert d.step.value == 0 and "Step 1" in d.detail_fig.axes[0].get_title(loc="left")
+    assert d.follow.value is False  # the user picked a step: new steps leave it there
+    _send(d, "click", *_png_point(fig, kept_ax, 1.3, 0))  # within step 2's column, in another panel
+    assert d.step.value == 1
+    _send(d, "click", *_png_point(fig, peak_ax, 1.6, 0))  # nearer step 3: that one
+    assert d.step.value == 2
+    _send(d, "click", 2, 2)  # the figure's corner: off every panel, nothing changes
+    assert d.step.value == 2
+
+    _send(d, "mousemove", *_png_point(fig, peak_ax, 1, 5 * MiB))
+    shown = d.readout.value
+    assert "step 2" in shown and f"peak 50.0 MiB ({50 * MiB:,} B)" in shown
+    assert f"start 10.0 MiB ({10 * MiB:,} B)" in shown and f"kept +4.0 MiB (+{4 * MiB:,} B)" in shown
+    assert "100 entries" in shown and "200 entries" in shown  # its own, and never cleared
+    _send(d, "mouseleave")
+    assert "click to open the step" in d.readout.value
+
+
+def test_hovering_across_ranks_names_the_largest_and_smallest(session):
+    session.add(interval(1, 0, 70 * MiB, 0, rank=1))
+    d = Dashboard(session)
+    peak_ax = d.overview_fig.axes[0]
+    _send(d, "mousemove", *_png_point(d.overview_fig, peak_ax, 0, MiB))
+    assert "largest peak 70.0 MiB" in d.readout.value and "(rank 1 · cpu)" in d.readout.value
+    assert f"gap 40.0 MiB ({40 * MiB:,} B)" in d.readout.value
+    _send(d, "click", *_png_point(d.overview_fig, peak_ax, 2, MiB))
+    assert d.step.value == 2
+
+
+def test_a_superseded_dashboard_stops_listening_to_the_pointer(session):
+    old = Dashboard(session)
+    Dashboard(session)
+    assert old.superseded and all(e.comm is None for e in old._events)
