@@ -3,7 +3,11 @@
     memsnap summarize outputs/profile            # every step and rank under a verl folder
     memsnap summarize a.pickle b.pickle --json   # records for scripts
     memsnap plot outputs/profile -o memory.png   # the dashboard's overview as a picture
+    memsnap plot before=runs/a after=runs/b -o cmp.png   # two runs compared step by step
     memsnap diff step1/x.pickle step5/x.pickle   # what grew between two snapshots, and where
+
+A folder of step folders is a run, named after the folder (or after the run its files were
+recorded into); NAME=PATH names it. Runs are compared, never merged.
 
 Exit status: 0 on success, 2 with a one-line message on bad input (unreadable or unsafe files,
 missing paths, bad options).
@@ -14,14 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from .snapshot import SnapshotError
 from .text import clean, fmt_bytes, interval_table, one_line
 
 _RECORD_KEYS = (
+    "run",
     "step",
     "rank",
     "device",
@@ -43,11 +50,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _session(paths: Sequence[str]) -> Any:
-    from .intervals import read_intervals
+    """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
+    written is a path, even with "=" in it)."""
+    from .intervals import in_step_order, read_run
+    from .layout import TAG_PATTERN
     from .session_state import Session
 
+    loaded = []
+    for given in paths:
+        named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
+        run, path = (named.group(1), named.group(2)) if named and not Path(given).exists() else (None, given)
+        loaded += read_run([path], run, progress=sys.stderr.isatty())
     s = Session()
-    for iv in read_intervals(paths, progress=sys.stderr.isatty()):
+    for iv in in_step_order(loaded):
         s.add(iv)
     return s
 
@@ -63,11 +78,17 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from .plots import overview_figure, png, ranks_figure
+    from .plots import overview_figure, png, ranks_figure, runs_figure
 
     s = _session(args.paths)
+    runs = s.runs
     several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
-    fig = ranks_figure(s.intervals) if several else overview_figure(s.intervals, view=args.view)
+    if len(runs) > 1:
+        fig = runs_figure([(run.label, run.intervals) for run in runs.values()], view=args.view)
+    elif several:
+        fig = ranks_figure(s.intervals)
+    else:
+        fig = overview_figure(s.intervals, view=args.view)
     with open(args.output, "wb") as f:
         f.write(png(fig))
     print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
@@ -126,11 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Folders are searched recursively; step and rank come from "
         "verl's step<N>/..._rank<R>_... layout.",
     )
-    p.add_argument("paths", nargs="+", help="snapshot files or folders")
+    p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(run=cmd_summarize)
     p = sub.add_parser("plot", help="the dashboard's overview as a PNG")
-    p.add_argument("paths", nargs="+", help="snapshot files or folders")
+    p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
     p.add_argument("--view", choices=("interval", "cumulative", "both"), default="both")
     p.set_defaults(run=cmd_plot)

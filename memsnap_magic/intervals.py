@@ -9,14 +9,14 @@ blocks alive at the peak, never the snapshot, so a long notebook does not hold h
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .backends.registry import trace_index
 from .figures import Figures
-from .layout import Meta, PathInfo, find_snapshots, parse_path
+from .layout import Meta, PathInfo, find_snapshots, folder_run, parse_path
 from .options import DEFAULTS
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
@@ -48,6 +48,7 @@ class Interval(Figures):
     moved_since: int | None = None  # that interval's step
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     born: dict[int, int] = field(default_factory=dict, repr=False)  # address -> size: made here, alive at the end
+    run: str = ""  # the run it belongs to; "": the session's own (cells without run=)
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -67,11 +68,18 @@ class Interval(Figures):
 
 
 def interval_from_snapshot(
-    snap: dict[str, Any], path: Path | None = None, *, position: int = 1, file_bytes: int | None = None
+    snap: dict[str, Any],
+    path: Path | None = None,
+    *,
+    position: int = 1,
+    file_bytes: int | None = None,
+    run: str | None = None,
 ) -> Interval:
     """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
     its peak. Step, rank, device and tag come from the snapshot's ``memsnap`` block, else from
-    ``path`` (verl's layout), else ``position`` is the step."""
+    ``path`` (verl's layout), else ``position`` is the step. The run is ``run`` if given, else
+    the one the file was recorded into, else the folder holding its step folder: a file read
+    back never joins the session's own run (which holds what this kernel recorded)."""
     from .alive import alive_at
     from .analysis import decimate_index, pick_device, summarize
 
@@ -96,6 +104,7 @@ def interval_from_snapshot(
         overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
         context=_first(meta.context, DEFAULTS.context),
         incomplete=meta.incomplete,
+        run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         top_blocks=alive_at(summary, top=TOP_BLOCKS),
         born={b["addr"]: b["size"] for b in born if not b["before"]},
         time_us=summary.times_at(keep),
@@ -142,3 +151,33 @@ def read_intervals(paths: Iterable[str | os.PathLike[str]], progress: bool = Fal
     finally:
         if bar is not None:
             bar.close()
+
+
+def in_step_order(intervals: Iterable[Interval]) -> list[Interval]:
+    """Run by run (in the order each first appears), each in step and rank order."""
+    intervals = list(intervals)
+    first: dict[str, int] = {}
+    for n, iv in enumerate(intervals):
+        first.setdefault(iv.run, n)
+    return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank))
+
+
+def read_run(
+    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False
+) -> list[Interval]:
+    """Every file under ``paths`` as intervals, each in its own run (see ``interval_from_snapshot``),
+    or all in the run ``name``: then they must hold one run, so naming never merges two.
+
+    In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
+    the cumulative figures are what a never-cleared recording would have shown step by step."""
+    loaded = in_step_order(read_intervals(paths, progress=progress))
+    if name is not None:
+        runs = sorted({iv.run for iv in loaded})
+        if len(runs) > 1:
+            raise SnapshotError(
+                f"{', '.join(map(str, paths))}: {len(runs)} runs ({', '.join(runs)}) cannot take one name; "
+                "name one run's folder at a time, or leave the name out to load each as its own run"
+            )
+        for iv in loaded:
+            iv.run = name
+    return loaded

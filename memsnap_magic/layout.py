@@ -4,7 +4,9 @@ Snapshots go to ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle``: verl's la
 fixed for the life of the process after the pid, so two processes with the same pid (containers
 with their own PID namespace) never write the same file, and a re-run step still replaces its own.
 Each of our files also carries a ``memsnap`` dict (``Meta``) saying which step, rank and device it
-holds; files without one (verl's, torchtitan's) are named by their path.
+holds; files without one (verl's, torchtitan's) are named by their path. A named run
+(``run=after``) puts its step folders one level down, ``<out>/<run>/step<N>/``, so two runs'
+files never mix; a folder of step folders is a run, named after the folder.
 """
 
 from __future__ import annotations
@@ -36,9 +38,16 @@ def process_token() -> str:
     return secrets.token_hex(3)
 
 
-def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int) -> Path:
-    """Where a step's snapshot goes: ``<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle``."""
-    return Path(out) / f"step{step}" / f"{tag}_rank{rank}_pid{os.getpid()}-{process_token()}.pickle"
+def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int, run: str | None = None) -> Path:
+    """Where a step's snapshot goes: ``<out>/[<run>/]step<N>/<tag>_rank<R>_pid<P>-<token>.pickle``."""
+    folder = Path(out) / run if run else Path(out)
+    return folder / f"step{step}" / f"{tag}_rank{rank}_pid{os.getpid()}-{process_token()}.pickle"
+
+
+def run_name(text: str) -> str | None:
+    """``text`` made a valid run name (a folder's name: ``runs/before``, ``my run``), or None."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip(".-")[:100]
+    return name if re.fullmatch(TAG_PATTERN, name) else None
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,15 @@ def parse_path(path: str | os.PathLike[str]) -> PathInfo:
         rank=int(ranks[-1]) if ranks else None,
         tag=tag.group(1) if tag else None,
     )
+
+
+def folder_run(path: str | os.PathLike[str]) -> str:
+    """The run a file without a recorded one belongs to: the folder holding its step folder
+    (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``."""
+    folder = Path(path).resolve().parent
+    if _STEP.match(folder.name):
+        folder = folder.parent
+    return run_name(folder.name) or "loaded"
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,7 @@ class Meta:
     context: str | None = None  # which events carry stacks; "none" where the recorder keeps none
     max_entries: int | None = None  # the trace ring's size
     incomplete: str | None = None  # why the snapshot holds less than the interval did
+    run: str | None = None  # the named run it was recorded into (run=...); None: the session's own
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,6 +171,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "context": _name(r"[a-z]{1,16}", "a context name (all, alloc, state, none)"),
     "max_entries": _count(MAX_STEP),
     "incomplete": _name(r"[ -~]{1,300}", "a short printable note"),
+    "run": _name(TAG_PATTERN, "a run name of letters, digits, _ . -"),
 }
 
 

@@ -23,7 +23,8 @@ from .state import STATE
 def _print_report(iv: Any, previous: Any) -> None:
     from .text import describe
 
-    print(describe(iv))
+    session = STATE.session
+    print(describe(iv, session.last_replaced if session.last is iv else None))
 
 
 def _parse(parse: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -113,20 +114,28 @@ class MemsnapMagics(Magics):
     def _load(self, rest: str) -> None:
         import shlex
 
-        from .intervals import read_intervals
+        from .intervals import read_run
         from .snapshot import SnapshotError
         from .text import loaded_line, one_line
+        from .values import Tag
 
         try:
-            paths = shlex.split(rest)
+            words = shlex.split(rest)
+            run = None
+            named = [w for w in words if w.startswith("as=")]
+            if named:
+                try:
+                    run = Tag("a folder name").parse(named[-1][3:])
+                except ValueError as e:
+                    raise UsageError(f"%memsnap load: as={named[-1][3:]!r}: a run's name has {e}") from None
+            paths = [w for w in words if not w.startswith("as=")]
             if not paths:
-                raise UsageError("%memsnap load: give one or more snapshot files or folders")
-            loaded = list(read_intervals(paths))  # every file first: a bad one leaves the session as it was
+                raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
+            loaded = read_run(paths, run)  # every file first: a bad one leaves the session as it was
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
-        for iv in loaded:
-            STATE.session.add(iv)
-        print(loaded_line(loaded))
+        replaced = sum(STATE.session.add(iv) is not None for iv in loaded)
+        print(loaded_line(loaded, replaced))
 
     def _config(self, rest: str) -> None:
         defaults = STATE.session.defaults
@@ -160,7 +169,9 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "show": Command(MemsnapMagics._show, "show", "dashboard: per-step vs cumulative peaks, step detail"),
-    "load": Command(MemsnapMagics._load, "load PATH ...", "bring existing dumps (files or folders, verl's layout) in"),
+    "load": Command(
+        MemsnapMagics._load, "load PATH ... [as=NAME]", "add dumps (files, folders; verl's layout) as a run to compare"
+    ),
     "config": Command(
         MemsnapMagics._config, "config key=value ...", "session defaults for the options below (key= unsets one)"
     ),

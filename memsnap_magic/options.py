@@ -35,8 +35,8 @@ class Options:
     step: int | None = _option(
         None,
         Integer(0),
-        "Label of this interval; default: one more than the largest step so far. "
-        "Re-running a step replaces its interval and file.",
+        "Label of this interval; default: one more than the largest step of its run so far. "
+        "Re-running a step replaces its interval and file (within its run).",
         "step=5",
     )
     steps: tuple[int, ...] | None = _option(
@@ -54,6 +54,13 @@ class Options:
         "out=runs/memory",
     )
     tag: str = _option("torch_memory", Tag(), "File name prefix.", "tag=forward")
+    run: str | None = _option(
+        None,
+        Tag("a folder name"),
+        "Record into a named run (a before/after comparison): its files go to <out>/<run>/step<N>/, "
+        "its steps replace only its own, and the dashboard compares runs step by step.",
+        "run=fixed",
+    )
     device: str = _option(
         "auto", Device(), "What to record. auto: the current accelerator, else the CPU.", "device=cuda:1"
     )

@@ -33,7 +33,20 @@ THIS_STEP = "this step"
 NEVER_CLEARED = "never cleared"
 AT_START = "live at step start"
 
-__all__ = ["AT_START", "NEVER_CLEARED", "THIS_STEP", "VIEWS", "detail_figure", "overview_figure", "png", "ranks_figure"]
+__all__ = [
+    "AT_START",
+    "NEVER_CLEARED",
+    "THIS_STEP",
+    "VIEWS",
+    "detail_figure",
+    "overview_figure",
+    "png",
+    "ranks_figure",
+    "runs_figure",
+]
+# one colour per run (the first is the single-run view's); the step's start in a lighter tint
+RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
+RUNS_TITLE = "Runs step by step (light: live at start; dashed: never cleared)"
 
 
 # Fixed layouts: constrained layout would double the drawing time.
@@ -167,6 +180,79 @@ def overview_figure(
             fontsize=FONT,
             color="gray",
         )
+    return fig
+
+
+def _tint(color: str, amount: float = 0.6) -> tuple[float, ...]:
+    r, g, b = (int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return tuple(c + (1 - c) * amount for c in (r, g, b))
+
+
+def runs_figure(
+    runs: Sequence[tuple[str, Sequence[Any]]],
+    view: str = "both",
+    selected: tuple[int, int] | None = None,
+    fig: Figure | None = None,
+) -> Figure:
+    """Several runs side by side, one column per step and one bar per run in it: peaks (the
+    start in a tint), never-cleared peaks as lines, what each step kept, snapshot sizes.
+    ``selected``: (run position, column) to outline."""
+    fig, (peak_ax, kept_ax, size_ax) = reuse_figure(fig, "runs", 5.8, _overview_axes)
+    steps = sorted({iv.step for _, ivs in runs for iv in ivs})
+    column = {step: i for i, step in enumerate(steps)}
+    labels = [str(s) for s in steps]
+    width = 0.8 / max(len(runs), 1)
+    fig.suptitle(RUNS_TITLE, fontsize=TITLE_FONT, y=0.985)
+    panel_title(peak_ax, "Peak allocated memory")
+    show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
+    for k, (label, ivs) in enumerate(runs):
+        color = RUN_COLORS[k % len(RUN_COLORS)]
+        x = [column[iv.step] - 0.4 + width * (k + 0.5) for iv in ivs]
+        base = [iv.baseline_allocated for iv in ivs]
+        if show_interval and x:
+            bars(peak_ax, x, base, color=[_tint(color)], label="_start", width=width)
+            bars(peak_ax, x, [iv.peak_increase for iv in ivs], bottom=base, color=color, label=label, width=width)
+        if show_cumul and x:
+            cumul = [iv.cumulative_peak_allocated for iv in ivs]
+            peak_ax.plot(x, cumul, "o--" if len(x) <= 60 else "--", color=color, label=f"_{label}, never cleared")
+        if x:
+            bars(kept_ax, x, [iv.kept for iv in ivs], color=color, label="_kept", width=width)
+            bars(size_ax, x, [iv.trace_entries for iv in ivs], color=color, label="_size", width=width)
+        if selected is not None and selected[0] == k:
+            chosen = [iv for iv in ivs if column[iv.step] == selected[1]]
+            for iv in chosen[:1]:
+                left = column[iv.step] - 0.4 + width * k
+                peak_ax.add_patch(
+                    Rectangle(
+                        (left, 0), width, iv.peak_allocated, fill=False, edgecolor="black", lw=2, label="_selected"
+                    )
+                )
+                kept_ax.add_patch(
+                    Rectangle(
+                        (left, min(0, iv.kept)),
+                        width,
+                        abs(iv.kept),
+                        fill=False,
+                        edgecolor="black",
+                        lw=2,
+                        label="_selected",
+                    )
+                )
+    peak_ax.margins(y=0.12)
+    byte_axis(peak_ax)
+    step_axis(peak_ax, labels, ticks=16)
+    kept_ax.axhline(0, color="black", linewidth=0.8)
+    panel_title(kept_ax, "Kept: end − start")
+    kept_ax.margins(y=0.15)
+    byte_axis(kept_ax, from_zero=False)
+    step_axis(kept_ax, labels)
+    panel_title(size_ax, "Snapshot size (entries)")
+    size_ax.set_ylim(bottom=0)
+    size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
+    size_ax.grid(axis="y", alpha=0.3)
+    size_ax.set_axisbelow(True)
+    step_axis(size_ax, labels)
+    figure_legend(fig, [peak_ax])
     return fig
 
 

@@ -117,7 +117,7 @@ class Recorder:
         self._rank = resolve_rank(o.rank)
         try:
             if self.steps is None:  # the one place a step number is picked
-                self._current = o.step if o.step is not None else self.session.next_step()
+                self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
                 backend.begin(fresh=False, namespace=self.namespace)
             else:
                 backend.warm_up()
@@ -230,9 +230,10 @@ class Recorder:
             context=o.context if backend.records_stacks else "none",
             max_entries=o.max_entries,
             incomplete=backend.incomplete,
+            run=o.run,
         )
         snap[META_KEY] = meta.to_dict()
-        path: Path | None = snapshot_path(o.out, step, o.tag, self._rank)
+        path: Path | None = snapshot_path(o.out, step, o.tag, self._rank, o.run)
         file_bytes = None
         try:
             dump_snapshot(snap, path)
@@ -246,7 +247,7 @@ class Recorder:
             path = None
         finally:
             self._quietly(backend.end, keep=keep)
-        iv = self._quietly(interval_from_snapshot, snap, path, file_bytes=file_bytes)
+        iv = self._quietly(interval_from_snapshot, snap, path, file_bytes=file_bytes, run=o.run or "")
         if iv is None:
             return
         before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with

@@ -49,11 +49,12 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
     return sign + text
 
 
-def describe(iv: Interval) -> str:
+def describe(iv: Interval, replaced: Interval | None = None) -> str:
     """The compact line printed after each ``%%memsnap`` cell: short enough for one line of a
-    notebook before the file's path, which comes last; comparisons live in the table and dashboard."""
+    notebook before the file's path, which comes last; comparisons live in the table and dashboard.
+    ``replaced``: the interval of the same step (in the same run) this one replaced."""
     parts = [
-        f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else ""),
+        f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else "") + (f" (run {iv.run})" if iv.run else ""),
         iv.device,
         f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over start)",
         f"kept {fmt_bytes(iv.kept, signed=True)}",
@@ -69,6 +70,8 @@ def describe(iv: Interval) -> str:
         parts.append(f"incomplete: {iv.incomplete}")
     if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
         parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
+    if replaced is not None:
+        parts.append(f"replaced the earlier step {replaced.step}")
     where = clean(str(iv.path)) if iv.path is not None else "not written"
     return " · ".join(parts) + f" → {where}"
 
@@ -94,6 +97,9 @@ def interval_table(intervals: Sequence[Interval]) -> str:
     allocator = any(iv.allocator_peak_allocated is not None for iv in intervals)
     if allocator:
         head = (*head[:5], "alloc. peak", *head[5:])
+    runs = len({iv.run for iv in intervals}) > 1
+    if runs:
+        head = ("run", *head)
     rows = [head]
     for iv in intervals:
         row = (
@@ -112,6 +118,8 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         )
         if allocator:
             row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])
+        if runs:
+            row = (run_label(iv.run), *row)
         rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
@@ -187,13 +195,41 @@ def _exact(n: int, signed: bool = False) -> str:
     return f"{fmt_bytes(n, signed=signed)} ({sign}{n:,} B)"
 
 
-def loaded_line(intervals: Sequence[Interval]) -> str:
-    """What ``%memsnap load`` brought in."""
+def compare_runs(label: str, ivs: Sequence[Interval], other_label: str, other: Sequence[Interval]) -> str | None:
+    """One run against another on the steps both have: where the peak changed most, and what
+    the steps kept in total; None when they share no step."""
+    theirs = {iv.step: iv for iv in other}
+    common = [(iv, theirs[iv.step]) for iv in ivs if iv.step in theirs]
+    if not common:
+        return None
+    mine, base = max(common, key=lambda pair: abs(pair[0].peak_allocated - pair[1].peak_allocated))
+    change = mine.peak_allocated - base.peak_allocated
+    kept_mine, kept_base = sum(a.kept for a, _ in common), sum(b.kept for _, b in common)
+    return (
+        f"{label} vs {other_label} on {step_list(sorted(a.step for a, _ in common))}: "
+        f"largest peak change at step {mine.step} ({fmt_bytes(base.peak_allocated)} → "
+        f"{fmt_bytes(mine.peak_allocated)}, {fmt_bytes(change, signed=True)}); kept in total "
+        f"{fmt_bytes(kept_base, signed=True)} → {fmt_bytes(kept_mine, signed=True)}"
+    )
+
+
+def run_label(name: str) -> str:
+    """How a run is named to people: the session's own run has no name of its own."""
+    return name or "this session"
+
+
+def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
+    """What ``%memsnap load`` brought in, and into which run(s)."""
     steps = sorted({iv.step for iv in intervals})
     ranks = sorted({iv.rank for iv in intervals})
+    runs: dict[str, int] = {}
+    for iv in intervals:
+        runs[iv.run] = runs.get(iv.run, 0) + 1
+    into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
+    again = f" ({replaced} replaced steps loaded before)" if replaced else ""
     return (
-        f"memsnap: loaded {len(intervals)} snapshot(s): steps {', '.join(map(str, steps))}; "
-        f"ranks {', '.join(map(str, ranks))}"
+        f"memsnap: loaded {len(intervals)} snapshot(s) into run{'s' * (len(runs) > 1)} {into}{again}: "
+        f"steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
     )
 
 

@@ -147,10 +147,13 @@ class Device(Value):
 class Tag(Value):
     _allowed, _metavar = "letters, digits, _ . - (not first: . -), at most 100", "NAME"
 
+    def __init__(self, begins: str = "a file name") -> None:
+        self.begins = begins
+
     def check(self, value: Any) -> str:
         if not isinstance(value, str) or not re.fullmatch(TAG_PATTERN, value):
             raise ValueError(
-                "only letters, digits, '_', '.', '-', not starting with '.' or '-' (it begins a file name)"
+                f"only letters, digits, '_', '.', '-', not starting with '.' or '-' (it begins {self.begins})"
             )
         return value
 

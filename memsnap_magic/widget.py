@@ -19,10 +19,10 @@ from ipyevents import Event
 
 from . import plots
 from .intervals import Interval
-from .pointing import column_at
+from .pointing import bar_in_column, column_at, position_at
 from .session_state import Session
 from .state import STATE
-from .text import bar_figures, blocks_table, headline, interval_table, ranks_figures
+from .text import bar_figures, blocks_table, compare_runs, headline, interval_table, ranks_figures, run_label
 
 ALL_RANKS = "all"
 CUMULATIVE_MEANS = (
@@ -54,6 +54,7 @@ class Dashboard:
             layout=w.Layout(margin="0 0 0 76px"),
         )
         self.step = w.Dropdown(description="step", style=labels)
+        self.run = w.Dropdown(description="run", layout=w.Layout(display="none", width="240px"), style=labels)
         small = w.Layout(width="32px")
         self.prev = w.Button(icon="chevron-left", tooltip="previous step", layout=small)
         self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
@@ -74,7 +75,7 @@ class Dashboard:
                 self.view_help,
                 self.overview,
                 self.readout,
-                w.HBox([self.step, self.prev, self.next, self.follow]),
+                w.HBox([self.run, self.step, self.prev, self.next, self.follow]),
                 self.error,
                 self.detail,
                 self.blocks,
@@ -91,8 +92,11 @@ class Dashboard:
         self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
         self._overview_png = b""
         self._updating = False
+        self._shown_step: int | None = None  # the step number on show, kept when the run changes
+        self.findings: list[str] = []  # the headline's lines
         self.view.observe(lambda _: self._draw_overview(), "value")
         self.group.observe(lambda _: self.refresh(), "value")
+        self.run.observe(lambda _: self.refresh(), "value")
         self.step.observe(self._on_step, "value")
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(1))
@@ -124,23 +128,38 @@ class Dashboard:
         self._draw_step()
 
     def _on_pointer(self, event: dict[str, Any]) -> None:
-        """A click on a step's column opens it; hovering shows its figures; leaving, the hint."""
+        """A click on a step's bar opens it; hovering shows its figures; leaving, the hint."""
         kind, x, y = event.get("event"), event.get("dataX"), event.get("dataY")
-        shown = self.shown()
-        i = (
-            column_at(self.overview_fig, x, y, len(shown))
-            if isinstance(x, (int, float)) and isinstance(y, (int, float))
-            else None
-        )
-        if kind == "click" and i is not None:
-            self.step.value = i
-        elif kind == "mousemove" and i is not None:
+        iv = self._bar_at(x, y) if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+        if kind == "click" and iv is not None:
+            if iv.run != self.run.value:
+                self.run.value = iv.run  # a compared run's bar: open that run
+            self.step.value = self.shown().index(iv)
+        elif kind == "mousemove" and iv is not None:
             if self.group.value == ALL_RANKS:
-                self.readout.value = ranks_figures([iv for iv in self.session.intervals if iv.step == shown[i].step])
+                self.readout.value = ranks_figures([i for i in self._run_intervals() if i.step == iv.step])
             else:
-                self.readout.value = bar_figures(shown[i])
+                compared = len(self.session.runs) > 1
+                self.readout.value = (
+                    f"run <b>{html.escape(run_label(iv.run))}</b> · " if compared else ""
+                ) + bar_figures(iv)
         elif kind in ("mousemove", "mouseleave"):
             self.readout.value = f"<small style='opacity:0.75'>{POINT_HINT}</small>"
+
+    def _bar_at(self, x: float, y: float) -> Interval | None:
+        """The interval whose bar (or column) is under pixel (x, y) of the overview's PNG."""
+        compared = self._compared()
+        if not compared:
+            shown = self.shown()
+            i = column_at(self.overview_fig, x, y, len(shown))
+            return shown[i] if i is not None else None
+        steps = sorted({iv.step for _, ivs in compared for iv in ivs})
+        position = position_at(self.overview_fig, x, y)
+        i = column_at(self.overview_fig, x, y, len(steps))
+        if position is None or i is None:
+            return None
+        _, ivs = compared[bar_in_column(position, len(compared))]
+        return next((iv for iv in ivs if iv.step == steps[i]), None)
 
     def _move(self, by: int) -> None:
         if self.step.value is not None:
@@ -164,22 +183,34 @@ class Dashboard:
             _close_all(widget)
 
     # which intervals are on screen
+    def _run_intervals(self, run: str | None = None) -> list[Interval]:
+        run = self.run.value if run is None else run
+        return [iv for iv in self.session.intervals if iv.run == run]
+
     def groups(self) -> list[tuple[int, str]]:
         seen: dict[tuple[int, str], None] = {}
-        for iv in self.session.intervals:
+        for iv in self._run_intervals():
             seen.setdefault((iv.rank, iv.device), None)
         return list(seen)
 
-    def shown(self) -> list[Interval]:
-        """One rank's intervals; with "all ranks", per step the rank with the highest peak."""
-        key = self.group.value
+    def shown(self, run: str | None = None) -> list[Interval]:
+        """The selected run's intervals of one rank; with "all ranks", per step the rank with
+        the highest peak."""
+        key, ivs = self.group.value, self._run_intervals(run)
         if key == ALL_RANKS:
             top: dict[int, Interval] = {}
-            for iv in self.session.intervals:
+            for iv in ivs:
                 if iv.step not in top or iv.peak_allocated > top[iv.step].peak_allocated:
                     top[iv.step] = iv
             return [top[s] for s in sorted(top)]
-        return [iv for iv in self.session.intervals if key is None or (iv.rank, iv.device) == key]
+        return [iv for iv in ivs if key is None or (iv.rank, iv.device) == key]
+
+    def _compared(self) -> list[tuple[str, list[Interval]]]:
+        """(label, intervals) of every run, on the shown rank, when several runs are compared."""
+        runs = self.session.runs
+        if len(runs) < 2 or self.group.value == ALL_RANKS:
+            return []
+        return [(run.label, self.shown(name)) for name, run in runs.items()]
 
     def selected(self) -> Interval | None:
         ivs = self.shown()
@@ -191,6 +222,14 @@ class Dashboard:
             return
         self._updating = True
         try:
+            runs = list(self.session.runs)
+            self.run.options = [(run_label(r), r) for r in runs]
+            last = self.session.last
+            if newest and last is not None and last.run in runs:
+                self.run.value = last.run  # following the newest step, into its run
+            elif runs and self.run.value not in runs:
+                self.run.value = runs[-1]
+            self.run.layout.display = "" if len(runs) > 1 else "none"
             groups = self.groups()
             keys: list[Any] = [ALL_RANKS] * (len(groups) > 1) + groups
             self.group.options = [("all ranks" if k == ALL_RANKS else f"rank {k[0]} · {k[1]}", k) for k in keys]
@@ -199,6 +238,9 @@ class Dashboard:
             self.group.layout.display = "" if len(groups) > 1 else "none"
             ivs = self.shown()
             keep = self.step.value
+            same = [n for n, iv in enumerate(ivs) if iv.step == self._shown_step]  # another run's same step
+            if same and not newest:
+                keep = same[0]
             self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n) for n, iv in enumerate(ivs)]
             if ivs:
                 self.step.value = len(ivs) - 1 if newest or keep is None or keep >= len(ivs) else keep
@@ -210,18 +252,33 @@ class Dashboard:
         ivs = self.shown()
         n = len(ivs)
         header = f"<b>memsnap</b> · {n} step{'s' * (n != 1)}"
+        compared = self._compared()
         if self.group.value == ALL_RANKS:
             header += f" · {len(self.groups())} ranks/devices"
             self.overview_fig = self._figs["ranks"] = plots.ranks_figure(
-                self.session.intervals, selected=self.step.value, fig=self._figs.get("ranks")
+                self._run_intervals(), selected=self.step.value, fig=self._figs.get("ranks")
+            )
+            lines: list[str] = []
+        elif compared:
+            label = run_label(self.run.value)
+            header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
+            lines = [headline(ivs)] if ivs else []
+            lines += [c for name, other in compared if name != label and (c := compare_runs(label, ivs, name, other))]
+            at = self.selected()
+            steps = sorted({iv.step for _, group in compared for iv in group})
+            mark = None
+            if at is not None:
+                mark = ([name for name, _ in compared].index(label), steps.index(at.step))
+            self.overview_fig = self._figs["runs"] = plots.runs_figure(
+                compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
             )
         else:
-            if ivs:
-                header += f"<br>{html.escape(headline(ivs))}"
+            lines = [headline(ivs)] if ivs else []
             self.overview_fig = self._figs["overview"] = plots.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )
-        self.header.value = header
+        self.findings = lines  # the headline's lines, for the still copy too
+        self.header.value = header + "".join(f"<br>{html.escape(line)}" for line in lines)
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
         self._update_still()
@@ -230,6 +287,7 @@ class Dashboard:
         if self._updating:
             return
         iv = self.selected()
+        self._shown_step = iv.step if iv is not None else None
         if iv is None:
             self.detail_fig = None
             self.detail.value = b""
@@ -274,20 +332,24 @@ class Dashboard:
         return bundle
 
     def _still_bundle(self) -> dict[str, Any]:
-        ivs = self.shown()
+        ivs, compared = self.shown(), self._compared()
         png = base64.b64encode(self._overview_png).decode("ascii")
-        table = interval_table(ivs if self.group.value != ALL_RANKS else self.session.intervals)
+        table = interval_table(self.session.intervals if compared else ivs)
         as_of = f"as of step {ivs[-1].step} ({len(ivs)} step{'s' * (len(ivs) != 1)})" if ivs else "no steps yet"
+        if compared:
+            as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
         state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
+        findings = "".join(f"<div>{html.escape(line)}</div>" for line in self.findings)
         return {
             "text/html": (
                 f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
                 f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
-                f"{state}</div><img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}'>"
+                f"{state}</div>{findings}"
+                f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}'>"
                 f"<pre style='font-size:smaller'>{html.escape(table)}</pre></div>"
             ),
             "image/png": png,
-            "text/plain": f"memsnap {as_of}\n{table}",
+            "text/plain": "\n".join([f"memsnap {as_of}", *self.findings, table]),
         }
 
     def _update_still(self) -> None:

@@ -73,11 +73,14 @@ def _free_port() -> int:
 
 
 def _prepare_notebooks(root: Path) -> None:
-    """Copy notebooks/ into ``root``; demo.ipynb loses its saved outputs and gains the bad cell."""
+    """Copy notebooks/ into ``root``; demo.ipynb loses its saved outputs, its two-run section (a
+    second dashboard; the run comparison is tested in-process and by tests/test_notebooks.py) and
+    gains the bad cell."""
     import nbformat
 
     shutil.copytree(ROOT / "notebooks", root, dirs_exist_ok=True)
     nb = nbformat.read(root / "demo.ipynb", as_version=4)
+    nb.cells = [c for c in nb.cells if "compare-runs" not in c.metadata.get("tags", [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -384,7 +387,7 @@ def test_dashboard_renders_with_its_controls(demo):
     assert step.locator("option").all_inner_texts() == ["1", "2", "3", "4", "5", "6", "8", "10"]
     assert step.input_value() == "10" or step.locator("option:checked").inner_text() == "10"
     # one rank: the rank dropdown is there but hidden
-    assert dash.locator(".widget-dropdown").count() == 2
+    assert dash.locator(".widget-dropdown").count() == 3  # rank/device and run, hidden: one of each here
     assert dash.locator(".widget-dropdown select:visible").count() == 1
     assert "8 steps" in dash.locator(".memsnap-headline").inner_text()
     assert "Largest allocations alive at the peak" in dash.inner_text()

@@ -124,7 +124,9 @@ def test_console_script_help():
 
 def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
     shell.run_line_magic("memsnap", f"load {verl_folder}")
-    assert "loaded 6 snapshot(s): steps 1, 5, 10; ranks 0, 1" in capsys.readouterr().out
+    # a folder of step folders is a run, named after the folder, apart from this session's own
+    assert "loaded 6 snapshot(s) into run 'profile': steps 1, 5, 10; ranks 0, 1" in capsys.readouterr().out
+    assert list(session().runs) == ["profile"]
     assert sorted((iv.step, iv.rank) for iv in session().intervals) == [
         (1, 0),
         (1, 1),

@@ -79,6 +79,10 @@ def test_demo_files_hold_only_their_own_step(executed):
         assert windows[a][1] < windows[b][0], (a, b, windows)
     assert windows[4][0] == windows[5][0] == windows[6][0]
     assert windows[4][1] < windows[5][1] < windows[6][1] < windows[8][0]
+    # the named run's files, one level down, beside the session's own
+    fixed = sorted((cwd / "memsnap" / "fixed").glob("step*/*.pickle"))
+    assert [p.parent.name for p in fixed] == ["step1", "step2", "step3"]
+    assert {load_snapshot(p)["memsnap"]["run"] for p in fixed} == {"fixed"}
 
 
 def test_an_html_export_without_widget_state_shows_the_still_copy(executed):
@@ -90,35 +94,45 @@ def test_an_html_export_without_widget_state_shows_the_still_copy(executed):
     bare = copy.deepcopy(nb)
     bare.metadata.pop("widgets", None)  # as JupyterLab saves by default
     body, _ = HTMLExporter().from_notebook_node(bare)
-    at = body.index("memsnap-still")
-    assert "as of step 10 (8 steps)" in body[at : at + 2000]
-    assert "data:image/png;base64,iVBOR" in body[at : at + 3000]
-    assert "cum. peak" in body[at:]
+    first, last = body.index("still copy as of"), body.rindex("still copy as of")
+    # the first dashboard was superseded once the second was shown; the second holds both runs
+    assert "superseded by a newer dashboard" in body[first : first + 300]
+    assert "as of step 3 (3 steps) in run fixed, 2 runs compared" in body[last : last + 300]
+    assert "fixed vs this session on steps 1–3: largest peak change at step 2" in body[last : last + 3000]
+    assert "data:image/png;base64,iVBOR" in body[last : last + 6000]
+    table = body[body.index("cum. peak", last) - 400 :]
+    assert "run" in table[:500] and "this session" in table and "fixed" in table
 
 
 def test_demo_dashboard_survives_in_saved_widget_state(executed):
     import base64
 
     nb, _ = ran(executed, "demo.ipynb")
-    show = next(c for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%memsnap show")
-    data, still = (o["data"] for o in show.outputs[:2])
+    first, second = (c for c in nb.cells if c.cell_type == "code" and c.source.strip() == "%memsnap show")
+    # the first, shown after step 3, kept updating through step 10 in its still copy, then was superseded
+    old = first.outputs[1]["data"]["text/plain"]
+    assert "as of step 3 (3 steps) in run fixed, 2 runs compared" in old, old
+    data, still = (o["data"] for o in second.outputs[:2])
     assert "application/vnd.jupyter.widget-view+json" in data
-    # the still copy beside it, as of the last step run (it was updated after the show cell)
     assert base64.b64decode(still["image/png"])[:4] == b"\x89PNG"  # for GitHub, nbconvert, reopening
-    assert "as of step 10 (8 steps)" in still["text/plain"] and "memsnap-still" in still["text/html"]
+    assert "memsnap-still" in still["text/html"] and "2 runs compared" in still["text/plain"]
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    root = state[data["application/vnd.jupyter.widget-view+json"]["model_id"]]
-    assert "memsnap-dashboard" in root["state"]["_dom_classes"]
-    names = [m["model_name"] for m in state.values()]
-    assert "ToggleButtonsModel" in names and names.count("DropdownModel") == 2
-    images = [m for m in state.values() if m["model_name"] == "ImageModel"]
-    pngs = [base64.b64decode(m["buffers"][0]["data"]) for m in images]
+
+    def tree(model_id: str) -> list[dict]:
+        model = state[model_id]
+        children = [c.removeprefix("IPY_MODEL_") for c in model["state"].get("children", [])]
+        return [model] + [m for c in children for m in tree(c)]
+
+    root_id = data["application/vnd.jupyter.widget-view+json"]["model_id"]
+    live = tree(root_id)
+    assert "memsnap-dashboard" in state[root_id]["state"]["_dom_classes"]
+    names = [m["model_name"] for m in live]
+    assert "ToggleButtonsModel" in names and names.count("DropdownModel") == 3  # rank/device, run, step
+    pngs = [base64.b64decode(m["buffers"][0]["data"]) for m in live if m["model_name"] == "ImageModel"]
     assert len(pngs) == 2 and all(p[:4] == b"\x89PNG" and len(p) > 5000 for p in pngs)
-    steps = next(
-        m for m in state.values() if m["model_name"] == "DropdownModel" and m["state"].get("description") == "step"
-    )
-    # shown after step 3, it kept updating: it ends on the last step the notebook recorded
-    assert steps["state"]["_options_labels"][-1] == "10"
+    dropdowns = {m["state"].get("description"): m["state"] for m in live if m["model_name"] == "DropdownModel"}
+    assert dropdowns["run"]["_options_labels"] == ["this session", "fixed"]
+    assert dropdowns["step"]["_options_labels"] == ["1", "2", "3"]  # following the newest step, in its run
 
 
 def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
@@ -133,4 +147,4 @@ def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
         "step2/torch_memory_rank1",
     ]
     loaded = next(o.text for c in nb.cells for o in c.get("outputs", []) if "loaded" in o.get("text", ""))
-    assert "loaded 4 snapshot(s): steps 1, 2; ranks 0, 1" in loaded
+    assert "loaded 4 snapshot(s) into run 'ranks': steps 1, 2; ranks 0, 1" in loaded

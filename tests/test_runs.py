@@ -1,0 +1,194 @@
+"""Runs: intervals belong to runs; a step is replaced only within its run; loaded files are runs
+of their own; the dashboard and the CLI compare runs step by step, never merge them."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from itertools import accumulate
+
+import pytest
+from IPython.core.error import UsageError
+from test_widget import _png_point, _send, bars, interval
+
+from memsnap_magic import Recorder, session
+from memsnap_magic.cli import main
+from memsnap_magic.intervals import read_run
+from memsnap_magic.session_state import Session
+from memsnap_magic.widget import Dashboard
+
+MiB = 1 << 20
+LEAK = "import torch\nkept.append(torch.ones({n} * 2**18))"  # keeps n MiB
+
+
+def test_a_named_run_has_its_own_folder_steps_and_cumulative_figures(shell, tmp_path, capsys):
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    for n in (1, 2):
+        assert shell.run_cell(f"%%memsnap step={n}\n" + LEAK.format(n=n)).success
+    for n in (1, 2):
+        assert shell.run_cell(f"%%memsnap step={n} run=fixed\nimport torch\nx = torch.ones(2**18)").success
+    runs = session().runs
+    assert list(runs) == ["", "fixed"] and runs[""].label == "this session"
+    assert [iv.step for iv in runs[""].intervals] == [1, 2] and [iv.step for iv in runs["fixed"].intervals] == [1, 2]
+    # files: the session's own in verl's layout, the named run one level down
+    assert {p.parent.name for p in (tmp_path / "memsnap").glob("step*/*.pickle")} == {"step1", "step2"}
+    fixed = sorted((tmp_path / "memsnap" / "fixed").glob("step*/*.pickle"))
+    assert [p.parent.name for p in fixed] == ["step1", "step2"]
+    assert pickle.loads(fixed[0].read_bytes())["memsnap"]["run"] == "fixed"
+    # the session's run kept 1 + 2 MiB; the fixed run's figures do not pile onto them
+    own, other = runs[""].intervals, runs["fixed"].intervals
+    assert [iv.kept for iv in own] == [1 * MiB, 2 * MiB]
+    assert other[0].cumulative_trace_entries == other[0].trace_entries  # its own history starts at 0
+    assert other[1].cumulative_peak_allocated == max(iv.peak_allocated for iv in other)
+    out = capsys.readouterr().out
+    assert "memsnap step 1 (run fixed) · cpu" in out and "replaced" not in out
+
+    # re-recording a step replaces it within its run only, and the line says so (path still last)
+    assert shell.run_cell("%%memsnap step=1 run=fixed\npass").success
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "replaced the earlier step 1" in line and line.rsplit(" → ", 1)[1].endswith(".pickle")
+    assert [iv.step for iv in session().runs[""].intervals] == [1, 2]
+    assert len(session().intervals) == 4 and session().runs["fixed"].intervals[0].trace_entries == 0
+    # a new step without step= follows its own run: 3 in each
+    assert shell.run_cell("%%memsnap run=fixed\npass").success
+    assert [iv.step for iv in session().runs["fixed"].intervals] == [1, 2, 3]
+
+
+def test_a_bad_run_name_is_a_usage_error(shell):
+    with pytest.raises(UsageError, match=r"run=.*letters, digits.*folder name"):
+        shell.run_cell("%%memsnap run=../x\npass", store_history=False).raise_error()
+    assert session().intervals == []
+
+
+def test_recorder_takes_a_run(tmp_path):
+    with Recorder(device="cpu", out=tmp_path, run="after", step=7):
+        pass
+    (iv,) = session().runs["after"].intervals
+    assert iv.step == 7 and iv.path.parent.parent.name == "after"
+
+
+def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    shell.run_cell("%%memsnap step=1\n" + LEAK.format(n=1))
+    shell.run_cell("%%memsnap step=1 run=after\npass")
+    shell.run_line_magic("memsnap", "reset")
+    capsys.readouterr()
+    # the whole folder: the session's files (a folder of step folders: "memsnap") and "after"
+    shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'}")
+    assert "into runs 'after' (1), 'memsnap' (1)" in capsys.readouterr().out
+    assert sorted(session().runs) == ["after", "memsnap"]
+    # as= names the run; loading the same files again replaces them within that run
+    shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
+    shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
+    out = capsys.readouterr().out
+    assert "into run 'before': steps 1" in out and "(1 replaced steps loaded before)" in out
+    assert [iv.step for iv in session().runs["before"].intervals] == [1]
+    # nothing joins the session's own run: a recorded cell still starts at step 1 there
+    shell.run_cell("%%memsnap\npass")
+    assert [iv.step for iv in session().runs[""].intervals] == [1]
+    with pytest.raises(UsageError, match=r"as='a b'.*letters, digits"):
+        shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'} 'as=a b'")
+    # one name for a folder holding two runs would merge them: refused, the session as it was
+    before = list(session().intervals)
+    with pytest.raises(UsageError, match=r"2 runs \(after, memsnap\) cannot take one name"):
+        shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'} as=both")
+    assert session().intervals == before
+
+
+def test_cli_names_runs_and_compares_them(tmp_path, capsys):
+    for run, n in (("before", 3), ("after", 1)):
+        for step in (1, 2):
+            with Recorder(device="cpu", out=tmp_path / "out", run=run, step=step, session=Session()):
+                import torch
+
+                keep = torch.ones(n * step * 2**18)  # noqa: F841
+    assert main(["summarize", "--json", f"old={tmp_path / 'out' / 'before'}", str(tmp_path / "out" / "after")]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["step"]) for r in records] == [("old", 1), ("old", 2), ("after", 1), ("after", 2)]
+    assert main(["summarize", str(tmp_path / "out")]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:2] == ["run", "step"] and {row.split()[0] for row in table[1:]} == {"before", "after"}
+    assert main(["summarize", f"all={tmp_path / 'out'}"]) == 2
+    assert "2 runs (after, before) cannot take one name" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "out"), "-o", str(tmp_path / "cmp.png")]) == 0
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _two_runs() -> Session:
+    """A leak of +32 MiB per step over steps 3-8 and a 128 MiB temporary in step 5 ("before"),
+    and the same steps fixed ("after")."""
+    s = Session()
+    held = 0
+    for step in range(1, 10):
+        base = 100 * MiB + held
+        leak = 32 * MiB if 3 <= step <= 8 else 0
+        spike = 128 * MiB if step == 5 else 0
+        iv = interval(step, base, base + 32 * MiB + leak + spike, base + leak)
+        iv.run = "before"
+        s.add(iv)
+        held += leak
+    for step in range(1, 10):
+        iv = interval(step, 100 * MiB, 132 * MiB, 100 * MiB)
+        iv.run = "after"
+        s.add(iv)
+    return s
+
+
+def test_the_dashboard_compares_runs_step_by_step():
+    s = _two_runs()
+    d = Dashboard(s)
+    assert d.run.layout.display == "" and d.run.value == "after"  # the newest step's run
+    assert [label for label, _ in d.run.options] == ["before", "after"]
+    peak_ax, kept_ax, _ = d.overview_fig.axes
+    # one bar per run in each step's column: the rise over the start, per run
+    assert bars(peak_ax, "before") == [
+        [32 * MiB, 32 * MiB, 64 * MiB, 64 * MiB, 192 * MiB, 64 * MiB, 64 * MiB, 64 * MiB, 32 * MiB]
+    ]
+    assert bars(peak_ax, "after") == [[32 * MiB] * 9]
+    kept = [c for c in kept_ax.collections if c.get_label() == "_kept"]
+    assert [float(p.vertices[:, 1].max()) for p in kept[0].get_paths()] == [0, 0] + [32 * MiB] * 6 + [0]
+    assert [float(p.vertices[:, 1].max()) for p in kept[1].get_paths()] == [0] * 9
+    header = d.header.value
+    assert "in run <b>after</b> · 2 runs compared" in header
+    assert "after vs before on steps 1–9: largest peak change at step 5" in header
+    assert "kept in total +192.0 MiB → ±0 B" in header
+    # the detail follows the run selector; the step number stays when the run changes
+    d.step.value = 4
+    d.run.value = "before"
+    assert d.selected().run == "before" and d.selected().step == 5
+    assert "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)" in d.header.value
+    assert "spike: step 5 rose +192.0 MiB" in d.header.value
+    # a click on the other run's bar in a column opens that run's step
+    fig = d.overview_fig
+    _send(d, "click", *_png_point(fig, fig.axes[0], 2 + 0.2, 10 * MiB))  # step 3, right half: "after"
+    assert (d.selected().run, d.selected().step) == ("after", 3)
+    _send(d, "mousemove", *_png_point(fig, fig.axes[0], 4 - 0.2, 10 * MiB))  # step 5, left half: "before"
+    assert "run <b>before</b>" in d.readout.value and "step 5" in d.readout.value
+
+
+def test_one_run_draws_no_comparison():
+    s = Session()
+    s.add(interval(1, 0, MiB, 0))
+    d = Dashboard(s)
+    assert d.run.layout.display == "none" and "runs compared" not in d.header.value
+
+
+def test_loaded_steps_count_in_step_order_whatever_order_the_paths_came_in(tmp_path, capsys):
+    for step in (1, 2, 10):
+        with Recorder(device="cpu", out=tmp_path, step=step, session=Session()):
+            import torch
+
+            keep = torch.ones(step * 2**18)  # noqa: F841
+    folders = [str(tmp_path / f"step{n}") for n in (1, 10, 2)]  # as a shell glob orders step*
+    assert main(["summarize", "--json", *folders]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in records] == [1, 2, 10]
+    s = Session()
+    for iv in read_run(folders):
+        s.add(iv)
+    assert [iv.step for iv in s.intervals] == [1, 2, 10]
+    assert [iv.cumulative_trace_entries for iv in s.intervals] == list(
+        accumulate(iv.trace_entries for iv in s.intervals)
+    )
