@@ -40,7 +40,12 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
 8. ``async_allocator``: in a subprocess under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``,
    the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
 9. ``demo``: ``notebooks/demo.ipynb``'s code cells in a subprocess with ``DEVICE`` set to this
-   device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations.
+   device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations; the run
+   ``fixed`` repeats steps 1-3 without either.
+10. ``categories``: an MLP + AdamW on this device in both loop orders (``zero_grad`` first or
+   last); each step's peak must hold exactly the parameters' bytes as ``parameter`` and as
+   ``gradient``, at least twice them as ``optimizer_state``, sum to the peak and end, and each file
+   must carry an ``unknown`` category (memory_viz throws without one).
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -600,6 +605,64 @@ def section_views(state: State) -> None:
     }
 
 
+def section_categories(state: State) -> None:
+    """An MLP + AdamW on this device, both loop orders: parameter, gradient and optimizer-state
+    bytes at each step's peak are exact, the sums are the peak and end, and memory_viz finds an
+    ``unknown`` category in every file (it throws otherwise)."""
+    import torch
+
+    from memsnap_magic import Recorder
+    from memsnap_magic.session_state import Session
+    from memsnap_magic.snapshot import load_snapshot
+
+    device = state.plan.device
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(256, 1024, device=device), torch.randint(0, 10, (256,), device=device)
+    params = list(model.parameters())
+    p_bytes = sum(p.nbytes for p in params)
+    found = []
+    for order in ("zero_grad first", "zero_grad last"):
+        session = Session()
+        for step in (1, 2, 3):
+            with Recorder(
+                device=device,
+                out=state.work_dir / "categories" / order.replace(" ", "_"),
+                step=step,
+                model=model,
+                optimizer=opt,
+                session=session,
+            ):
+                if order == "zero_grad first":
+                    opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                if order == "zero_grad last":
+                    opt.zero_grad()
+                if device != "cpu":
+                    torch.cuda.synchronize()
+        for iv in session.intervals:
+            peak, end = iv.by_category_at_peak or {}, iv.by_category or {}
+            snap = load_snapshot(iv.path)
+            names = {e.get("category") for t in snap["device_traces"] for e in t}
+            found.append(
+                {
+                    "order": order,
+                    "step": iv.step,
+                    "by_category_at_peak": peak,
+                    "by_category": end,
+                    "sums_match": sum(peak.values()) == iv.peak_allocated and sum(end.values()) == iv.end_allocated,
+                    "parameter_exact": peak.get("parameter") == p_bytes,
+                    "gradient_exact": peak.get("gradient") == p_bytes,
+                    "optimizer_state_at_least_moments": peak.get("optimizer_state", 0) >= 2 * p_bytes,
+                    "unknown_in_file": "unknown" in names,
+                }
+            )
+    keys = ("sums_match", "parameter_exact", "gradient_exact", "optimizer_state_at_least_moments", "unknown_in_file")
+    state.results["categories"] = {"steps": found, "ok": bool(found) and all(all(f[k] for k in keys) for f in found)}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -989,6 +1052,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("overhead", section_overhead),
     ("large_trace", section_large_trace),
     ("views", section_views),
+    ("categories", section_categories),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1057,6 +1121,7 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "auto_device_ok": (results.get("auto_device") or {}).get("ok"),
         "async_allocator_refused": (results.get("async_allocator") or {}).get("ok"),
         "demo_ok": (results.get("demo") or {}).get("ok"),
+        "categories_ok": (results.get("categories") or {}).get("ok"),
     }
 
 

@@ -19,7 +19,8 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
     """The largest blocks allocated after replayed event ``index`` (default: the peak).
 
     Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
-    empty) and ``before`` (True when the block was already live when the window started).
+    empty), ``before`` (True when the block was already live when the window started) and
+    ``category`` (the file's label, see ``categories``; None where it has none).
     With ``top``, only events of the largest sizes are paired by address, widening until
     ``top`` blocks are found; ``top=0`` pairs them all.
     """
@@ -70,6 +71,7 @@ def _alive_among(
             "addr": int(addr[i]),
             "before": bool(alive_old[i]),
             "frames": [] if alive_old[i] else trace[entry[sel[i]]].get("frames") or [],
+            "category": trace[entry[sel[i]]].get("category"),
         }
         for i in chosen.tolist()
     ]
@@ -88,6 +90,7 @@ def _alive_among(
             "addr": int(end_addr[i]),
             "before": True,
             "frames": blocks[i].get("frames") or [],
+            "category": blocks[i].get("category"),
         }
         for i in kept.tolist()
     ]

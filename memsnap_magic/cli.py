@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="the dashboard's overview as a PNG")
     p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
-    p.add_argument("--view", choices=("interval", "cumulative", "both"), default="both")
+    p.add_argument("--view", choices=("interval", "cumulative", "both", "categories"), default="both")
     p.set_defaults(run=cmd_plot)
     p = sub.add_parser("diff", help="what changed between two snapshots, and where")
     p.add_argument("a", help="the earlier snapshot")

@@ -49,6 +49,10 @@ class Interval(Figures):
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     born: dict[int, int] = field(default_factory=dict, repr=False)  # address -> size: made here, alive at the end
     run: str = ""  # the run it belongs to; "": the session's own (cells without run=)
+    # bytes per category (parameter, gradient, optimizer_state, activation, other, unknown) at the
+    # end and at the peak, from the file's labels (see categories); None for unlabelled files
+    by_category: dict[str, int] | None = None
+    by_category_at_peak: dict[str, int] | None = None
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -106,10 +110,25 @@ def interval_from_snapshot(
         incomplete=meta.incomplete,
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         top_blocks=alive_at(summary, top=TOP_BLOCKS),
+        **_category_figures(summary),
         born={b["addr"]: b["size"] for b in born if not b["before"]},
         time_us=summary.times_at(keep),
         allocated=summary.allocated[keep],
     )
+
+
+def _category_figures(summary: Any) -> dict[str, Any]:
+    """``by_category`` and ``by_category_at_peak`` of a labelled file; {} for others."""
+    from .alive import alive_at
+    from .categories import totals
+
+    trace = summary.trace
+    if not (trace and "category" in trace[-1]):  # labelled files end with a labelled entry
+        return {}
+    _, sizes, blocks = summary.end
+    at_end = totals([(b.get("category"), int(s)) for b, s in zip(blocks, sizes.tolist())])
+    at_peak = totals([(b["category"], b["size"]) for b in alive_at(summary, top=0)])
+    return {"by_category": at_end or {}, "by_category_at_peak": at_peak or {}}
 
 
 def _first(*values: Any) -> Any:

@@ -88,7 +88,7 @@ class MemsnapMagics(Magics):
 
         try:
             recorder.start()
-        except BackendError as e:
+        except (BackendError, options.OptionError) as e:
             raise UsageError(f"%%memsnap: {e}") from None
         except Exception as e:
             warn(f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded")

@@ -17,7 +17,7 @@ from typing import Any
 
 from .layout import LAYOUT
 from .schema import excerpt
-from .values import Boolean, Choice, Device, Folder, Integer, Steps, Tag, Value
+from .values import Boolean, Choice, Device, Folder, Integer, Name, Steps, Tag, Value
 
 
 class OptionError(ValueError):
@@ -82,6 +82,19 @@ class Options:
         Choice("python", "all"),
         "python: Python frames only. all adds C++ frames (dumps ~100x slower).",
         "stacks=python",
+    )
+    model: str | None = _option(
+        None,
+        Name(),
+        "The model whose parameters and gradients the dump labels (memory_viz colours them); "
+        "default: every nn.Module bound to a name in the namespace.",
+        "model=net",
+    )
+    optimizer: str | None = _option(
+        None,
+        Name(),
+        "The optimizer whose state the dump labels; default: every Optimizer bound to a name.",
+        "optimizer=opt",
     )
     clear: bool = _option(
         True,

@@ -82,7 +82,7 @@ def figure_legend(fig: Figure, axes: Sequence[Any]) -> None:
             fontsize=FONT,
             loc="upper center",
             bbox_to_anchor=(0.5, 0.96),
-            ncol=len(handles),
+            ncol=len(handles) if len(handles) <= 3 else (len(handles) + 1) // 2,
             frameon=False,
         )
 

@@ -27,7 +27,16 @@ from .plotkit import (
 )
 from .text import fmt_bytes
 
-VIEWS = ("interval", "cumulative", "both")
+VIEWS = ("interval", "cumulative", "both", "categories")
+# categories (see categories.ORDER); steps recorded without them are drawn whole, in grey
+CATEGORY_COLORS = {
+    "parameter": "#4e79a7",
+    "gradient": "#f28e2c",
+    "optimizer_state": "#59a14f",
+    "activation": "#e15759",
+    "other": "#bab0ab",
+    "unknown": "#dcdcdc",
+}
 BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
 THIS_STEP = "this step"
 NEVER_CLEARED = "never cleared"
@@ -52,7 +61,7 @@ RUNS_TITLE = "Runs step by step (light: live at start; dashed: never cleared)"
 # Fixed layouts: constrained layout would double the drawing time.
 def _overview_axes(fig: Figure) -> list[Any]:
     grid = fig.add_gridspec(
-        2, 2, height_ratios=[1.35, 1], left=0.15, right=0.985, top=0.84, bottom=0.085, hspace=0.55, wspace=0.42
+        2, 2, height_ratios=[1.35, 1], left=0.15, right=0.985, top=0.8, bottom=0.085, hspace=0.55, wspace=0.42
     )
     return [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
 
@@ -72,6 +81,7 @@ VIEW_TITLES = {
     "interval": "Per step: each snapshot holds only its own step",
     "cumulative": "Never cleared: each snapshot would hold every earlier step",
     "both": "Per step vs never cleared: the gap is old history",
+    "categories": "Per step, what was alive at the peak, by category",
 }
 
 
@@ -93,6 +103,13 @@ def overview_figure(
     base = [iv.baseline_allocated for iv in intervals]
     rise = [iv.peak_increase for iv in intervals]
     marker = "o--" if len(x) <= 60 else "--"
+    if view == "categories" and x:
+        _category_bars(peak_ax, x, intervals)
+        if selected is not None and 0 <= selected < len(x):
+            peak = intervals[selected].peak_allocated
+            peak_ax.add_patch(
+                Rectangle((selected - 0.4, 0), 0.8, peak, fill=False, edgecolor="black", linewidth=2, label="_selected")
+            )
     if show_interval and x:
         bars(peak_ax, x, base, color=BASE, label=AT_START)
         bars(peak_ax, x, rise, bottom=base, color=RISE, label=THIS_STEP)
@@ -157,8 +174,9 @@ def overview_figure(
     byte_axis(kept_ax, from_zero=False)
     step_axis(kept_ax, labels)
 
-    if show_interval and x:
-        bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label=THIS_STEP)
+    if (show_interval or view == "categories") and x:
+        label = THIS_STEP if show_interval else "_entries"  # the categories' legend is the peak panel's
+        bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label=label)
     if show_cumul and x:
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL, label=NEVER_CLEARED)
     panel_title(size_ax, "Snapshot size (entries)")
@@ -181,6 +199,22 @@ def overview_figure(
             color="gray",
         )
     return fig
+
+
+def _category_bars(ax: Any, x: list[int], intervals: Sequence[Any]) -> None:
+    """Each step's peak stacked by category (``by_category_at_peak``); unlabelled steps in grey."""
+    from .categories import ORDER
+
+    names = [c for c in ORDER if any((iv.by_category_at_peak or {}).get(c) for iv in intervals)]
+    names += sorted({c for iv in intervals for c in (iv.by_category_at_peak or {})} - set(names))
+    bottom = [0] * len(x)
+    for name in names:
+        height = [(iv.by_category_at_peak or {}).get(name, 0) for iv in intervals]
+        bars(ax, x, height, bottom=bottom, color=CATEGORY_COLORS.get(name, "#888888"), label=name.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, height)]
+    plain = [iv.peak_allocated if iv.by_category_at_peak is None else 0 for iv in intervals]
+    if any(plain):
+        bars(ax, x, plain, color="#9e9e9e", label="no categories")
 
 
 def _tint(color: str, amount: float = 0.6) -> tuple[float, ...]:

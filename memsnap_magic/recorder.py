@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from .backends import Backend
     from .intervals import Interval
+    from .roles import Watch
     from .session_state import Session
 
 
@@ -64,8 +65,9 @@ class Recorder:
     ...     loss = model(batch).sum(); loss.backward()
 
     Keywords are the magic's options (below; ``%%memsnap?``), as Python values, or ``options=``
-    an ``Options`` the magic parsed. ``namespace``: where the CPU route looks for the tensors live
-    at the interval's start (default: the caller's module globals). ``report(interval, previous)``
+    an ``Options`` the magic parsed; ``model=`` and ``optimizer=`` also take the objects. ``namespace``:
+    where the CPU route looks for the tensors live at the interval's start, and where models and
+    optimizers are found (default: the caller's module globals). ``report(interval, previous)``
     is called after each dump. ``start()`` and ``stop(error)`` are the same steps without ``with``.
 
     Options:
@@ -81,6 +83,10 @@ class Recorder:
         report: Callable[[Interval, Interval | None], None] | None = None,
         **keywords: Any,
     ) -> None:
+        # model=/optimizer= as objects (a script's locals); as names they are options like the rest
+        self._given = {
+            k: keywords.pop(k) for k in ("model", "optimizer") if not isinstance(keywords.get(k), (str, type(None)))
+        }
         if options is None:
             options = opts.from_keywords("Recorder", step=step, **keywords)
         elif step is not None or keywords:
@@ -94,6 +100,8 @@ class Recorder:
         self._backend: Backend | None = None
         self._current: int | None = None
         self._rank = 0
+        self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
+        self._training: tuple[list[Any], list[Any]] = ([], [])
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -115,10 +123,12 @@ class Recorder:
             return self
         backend.configure(o)
         self._rank = resolve_rank(o.rank)
+        self._training = self._training_objects()
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
-                backend.begin(fresh=False, namespace=self.namespace)
+                backend.begin(fresh=False, namespace=self._reach())
+                self._watch = self._quietly(self._new_watch, backend)
             else:
                 backend.warm_up()
                 backend.follow()  # the steps before the first listed one count for its start
@@ -181,8 +191,53 @@ class Recorder:
             if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
                 self._quietly(self._backend.follow)
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
-            self._quietly(self._backend.begin, fresh=True, namespace=self.namespace)
+            self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
             self._current = step if self._backend.recording else None
+            self._watch = self._quietly(self._new_watch, self._backend) if self._current is not None else None
+
+    def _reach(self) -> dict[str, Any]:
+        """The namespace, and the model and optimizer given as objects (a script's locals): the CPU
+        route finds the tensors live at the start through it."""
+        if not self._given:
+            return self.namespace
+        return {**self.namespace, **{f"<{key}=>": value for key, value in self._given.items()}}
+
+    def _training_objects(self) -> tuple[list[Any], list[Any]]:
+        """The models and optimizers whose tensors the dump labels: named, given, else found."""
+        from .roles import training_objects
+
+        o, found = self.options, {}
+        for key in ("model", "optimizer"):
+            name = getattr(o, key)
+            if key in self._given:
+                found[key] = [self._given[key]]
+            elif name is not None:
+                head, *rest = name.split(".")
+                if head not in self.namespace:
+                    raise opts.OptionError(f"{key}={name}: no {head!r} in the namespace")
+                value = self.namespace[head]
+                for n, attr in enumerate(rest, start=1):
+                    if not hasattr(value, attr):
+                        raise opts.OptionError(f"{key}={name}: {'.'.join([head, *rest[: n - 1]])} has no {attr!r}")
+                    value = getattr(value, attr)
+                found[key] = [value]
+        import torch
+
+        kinds = {"model": torch.nn.Module, "optimizer": torch.optim.Optimizer}
+        for key, (value,) in found.items():
+            if not isinstance(value, kinds[key]):
+                raise opts.OptionError(
+                    f"{key}=: a {type(value).__name__}, not a torch {kinds[key].__module__}.{kinds[key].__name__}"
+                )
+        if len(found) == 2:
+            return found["model"], found["optimizer"]
+        modules, optimizers = self._quietly(training_objects, self.namespace) or ([], [])
+        return found.get("model", modules), found.get("optimizer", optimizers)
+
+    def _new_watch(self, backend: Backend) -> Watch:
+        from .roles import Watch
+
+        return Watch(backend.device, *self._training)
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -204,6 +259,8 @@ class Recorder:
 
         backend, o = self._backend, self.options
         assert backend is not None
+        watch, self._watch = self._watch, None  # its hooks come off the optimizers whatever happens
+        roles = self._quietly(watch.finish) if watch is not None else None
         if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
             warn(
                 f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
@@ -217,6 +274,11 @@ class Recorder:
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
+        if roles:
+            from .backends.registry import trace_index
+            from .categories import label_snapshot
+
+            self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
         meta = Meta(
             step=step,
             rank=self._rank,

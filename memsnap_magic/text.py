@@ -332,7 +332,7 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         reason = "" if frames else why_no_frames(b, iv)
         if reason and reason not in reasons:
             reasons.append(reason)
-        key = (b["size"], frames[:1], reason, bool(b.get("before")))  # one size from one site
+        key = (b["size"], frames[:1], reason, bool(b.get("before")), b.get("category"))  # one size, one site
         group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
         group["count"] += 1
         if b.get("before"):
@@ -344,10 +344,14 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
     if not groups:
         return "<i>nothing was allocated at this step's peak</i>"
     stacks = any(key[1] for key in groups)
+    labelled = any(key[4] for key in groups)
     rows = []
-    for (size, _, reason, before), group in list(groups.items())[:TABLE_ROWS]:
+    for (size, _, reason, before, category), group in list(groups.items())[:TABLE_ROWS]:
         count, frames = group["count"], group["frames"]
-        cells = [f"{count} × {fmt_bytes(size)}" if count > 1 else fmt_bytes(size), _since(before, group)]
+        cells = [f"{count} × {fmt_bytes(size)}" if count > 1 else fmt_bytes(size)]
+        if labelled:
+            cells.append(html.escape((category or "unknown").replace("_", " ")))
+        cells.append(_since(before, group))
         if stacks:
             if frames:
                 cells.append("<br>".join(html.escape(line) for line in frames))
@@ -358,7 +362,8 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
             + "".join(f"<td style='padding-right:1em'>{c}</td>" for c in cells[1:])
             + "</tr>"
         )
-    head = "<th>size</th><th style='text-align:left'>allocated in</th>"
+    head = "<th>size</th>" + ("<th style='text-align:left'>what</th>" if labelled else "")
+    head += "<th style='text-align:left'>allocated in</th>"
     if stacks:
         head += "<th style='text-align:left'>allocated by</th>"
         notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))

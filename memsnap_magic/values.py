@@ -172,3 +172,14 @@ class Folder(Value):
 
 def _is_index(text: str) -> bool:
     return text.isascii() and text.isdigit()
+
+
+class Name(Value):
+    """A Python name in the cell's namespace, dotted for attributes (``trainer.model``)."""
+
+    _allowed, _metavar = "a name in the namespace (dotted for attributes)", "NAME"
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")):
+            raise ValueError("not a Python name (letters, digits, _; dots between names)")
+        return value

@@ -30,7 +30,7 @@ CUMULATIVE_MEANS = (
     "step included (the ever-growing files memsnap avoids)"
 )
 POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
-_VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both"}
+_VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
 
 
 class Dashboard:

@@ -134,3 +134,34 @@ def replay_backwards(snap: dict[str, Any], device: int) -> int:
                 if addr <= b < end:
                     raise ViewerError(f"state before event {i}: block {b:#x} lies in no segment")
     return len(events)
+
+
+def legend(snap: dict[str, Any]) -> list[str]:
+    """The categories the viewer's legend lists (``annotate_snapshot``), in first-seen order.
+
+    Raises as the viewer does when entries carry categories but none is ``unknown``: its code
+    then pushes onto ``snapshot.categores`` (a typo) and throws."""
+    seen: list[str] = []
+    for trace in snap["device_traces"]:
+        for e in trace:
+            if "category" in e and e["category"] not in seen:
+                seen.append(e["category"])
+    if seen and "unknown" not in seen:
+        raise TypeError("Cannot read properties of undefined (reading 'push')  [snapshot.categores]")
+    return seen
+
+
+def colours(snap: dict[str, Any], device: int) -> dict[str, int]:
+    """Bytes the Active Memory Timeline draws in each category's colour over the trace's
+    allocations (``element.category || 'unknown'``): allocs, and frees of blocks live before."""
+    out: dict[str, int] = {}
+    allocated: set[Any] = set()
+    for e in snap["device_traces"][device]:
+        if e["action"] == "alloc":
+            allocated.add(e["addr"])
+            out[e.get("category", "unknown")] = out.get(e.get("category", "unknown"), 0) + e["size"]
+        elif e["action"] in ("free", "free_completed") and e["addr"] not in allocated:
+            out[e.get("category", "unknown")] = out.get(e.get("category", "unknown"), 0) + e["size"]
+        elif e["action"] in ("free", "free_completed"):
+            allocated.discard(e["addr"])
+    return out

@@ -380,7 +380,7 @@ def test_dashboard_renders_with_its_controls(demo):
     detail = demo.image(1)
     assert detail["width"] > 200 and detail["height"] > 100, detail
     buttons = dash.locator("button.widget-toggle-button")
-    assert buttons.all_inner_texts() == ["per-interval", "cumulative", "both"]
+    assert buttons.all_inner_texts() == ["per-interval", "cumulative", "both", "by category"]
     assert "mod-active" in (buttons.nth(0).get_attribute("class") or "")  # per-interval is the default
     step = demo.step_select()
     assert step.is_visible()

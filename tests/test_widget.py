@@ -92,7 +92,8 @@ def test_view_control_changes_the_series_drawn(session):
     assert d.view.value == "interval"  # the per-step story first; never cleared one click away
     assert "never cleared" in CUMULATIVE_MEANS and CUMULATIVE_MEANS.split(":")[0] in d.view_help.value
     titles = set()
-    for view, drawn in (("interval", (True, False)), ("cumulative", (False, True)), ("both", (True, True))):
+    views = (("interval", (True, False)), ("cumulative", (False, True)), ("both", (True, True)))
+    for view, drawn in (*views, ("categories", (False, False))):  # unlabelled steps: grey bars
         d.view.value = view
         peak_ax, kept_ax, _ = d.overview_fig.axes
         assert (bool(bars(peak_ax, THIS_STEP)), bool(line(peak_ax, NEVER_CLEARED))) == drawn
@@ -277,7 +278,7 @@ def test_clicking_a_steps_bar_opens_it_and_hovering_shows_exact_figures(session)
     assert d.follow.value is False  # the user picked a step: new steps leave it there
     _send(d, "click", *_png_point(fig, kept_ax, 1.3, 0))  # within step 2's column, in another panel
     assert d.step.value == 1
-    _send(d, "click", *_png_point(fig, peak_ax, 1.6, 0))  # nearer step 3: that one
+    _send(d, "click", *_png_point(fig, peak_ax, 1.6, MiB))  # nearer step 3: that one
     assert d.step.value == 2
     _send(d, "click", 2, 2)  # the figure's corner: off every panel, nothing changes
     assert d.step.value == 2

@@ -1,0 +1,179 @@
+"""Categories: parameters, gradients, optimizer state, activations and the rest, per step, with
+known answers on the CPU, in the dump the way memory_viz reads it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memory_viz import colours, legend, replay
+
+from memsnap_magic import Recorder, session
+from memsnap_magic.categories import label, totals
+from memsnap_magic.roles import Roles
+from memsnap_magic.snapshot import load_snapshot
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt, torch.randn(64, 256), torch.randint(0, 10, (64,))
+
+
+@pytest.mark.parametrize("order", ["zero_grad first", "zero_grad last"])
+def test_an_mlp_with_adamw_has_exact_parameter_gradient_and_optimizer_bytes(tmp_path, order):
+    model, opt, x, y = _mlp()
+    params = list(model.parameters())
+    P = sum(p.numel() * p.element_size() for p in params)
+    ns = {"model": model, "opt": opt, "x": x, "y": y}
+    for step in (1, 2, 3):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=ns):  # found in the namespace
+            if order == "zero_grad first":
+                opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if order == "zero_grad last":
+                opt.zero_grad()
+    state = 2 * P + 4 * len(params)  # exp_avg, exp_avg_sq, and AdamW's float32 `step` per parameter
+    inputs = x.nbytes + y.nbytes
+    for iv in session().intervals:
+        peak, end = iv.by_category_at_peak, iv.by_category
+        assert sum(peak.values()) == iv.peak_allocated and sum(end.values()) == iv.end_allocated
+        assert peak["parameter"] == P and peak["gradient"] == P and peak["optimizer_state"] == state
+        assert peak["other"] == inputs and peak["activation"] > 0
+        grads_at_end = P if order == "zero_grad first" else 0  # zero_grad(set_to_none) ended the step
+        assert (end["parameter"], end.get("gradient", 0), end["optimizer_state"]) == (P, grads_at_end, state)
+        assert end.get("activation", 0) == 0  # nothing of the step's own outlives it
+        snap = load_snapshot(iv.path)
+        # memory_viz colours trace events: blocks live all step long (the parameters) have none and
+        # it draws them "unknown"; the end state's blocks carry their category for us
+        made = {"gradient", "activation"} | ({"optimizer_state"} if iv.step == 1 else set())  # Adam's, once
+        assert "unknown" in legend(snap) and made <= set(legend(snap))
+        blocks = [b for seg in snap["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
+        assert sum(b["requested_size"] for b in blocks if b["category"] == "parameter") == P
+        assert replay(snap, 0)[1] == iv.peak_allocated  # the marker entry changes no figure
+
+
+def test_named_models_and_bad_names(shell):
+    shell.run_cell("import torch\nnet = torch.nn.Linear(8, 8)\nother = torch.nn.Linear(64, 64)\nn = 3")
+    assert shell.run_cell("%%memsnap device=cpu model=net\ny = net(torch.ones(2, 8))").success
+    (iv,) = session().intervals
+    assert iv.by_category["parameter"] == (64 + 8) * 4  # net's, not other's
+    from IPython.core.error import UsageError
+
+    for line, message in [
+        ("model=nope", r"model=nope: no 'nope' in the namespace"),
+        ("model=net.nope", r"model=net.nope: net has no 'nope'"),
+        ("model=n", r"model=: a int, not a torch"),
+        ("optimizer=1x", r"optimizer=.*not a Python name"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            shell.run_cell(f"%%memsnap device=cpu {line}\npass", store_history=False).raise_error()
+
+
+def test_cells_without_models_carry_no_categories(tmp_path):
+    with Recorder(device="cpu", out=tmp_path, step=1, namespace={}):
+        torch.ones(1000)
+    (iv,) = session().intervals
+    assert iv.by_category is None and iv.by_category_at_peak is None
+    assert legend(load_snapshot(iv.path)) == []
+
+
+def test_optimizer_hooks_come_off_whatever_happens(tmp_path):
+    model, opt, x, y = _mlp()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    with (
+        pytest.raises(RuntimeError, match="user's"),
+        Recorder(device="cpu", out=tmp_path, step=1, model=model, optimizer=opt),
+    ):
+        loss.backward()
+        opt.step()
+        raise RuntimeError("the user's")
+    assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+    (iv,) = session().intervals  # the failed step is labelled all the same
+    P = sum(p.nbytes for p in model.parameters())
+    assert iv.error == "RuntimeError" and iv.by_category["gradient"] == P
+    assert iv.by_category["parameter"] == P  # given as objects, they are found without a namespace
+
+
+# label() on traces of our own: one role seen while a block lived names that block only
+def _alloc(addr, size, t):
+    return {"action": "alloc", "addr": addr, "size": size, "time_us": t}
+
+
+def _free(addr, size, t):
+    return [
+        {"action": "free_requested", "addr": addr, "size": size, "time_us": t},
+        {"action": "free_completed", "addr": addr, "size": size, "time_us": t},
+    ]
+
+
+def test_a_reused_address_gets_the_role_of_the_block_alive_when_seen():
+    trace = [
+        _alloc(100, 8, 1),  # an activation ...
+        *_free(100, 8, 2),
+        _alloc(100, 8, 3),  # ... then a gradient at the same address and size, seen at t=4
+        *_free(100, 8, 5),
+        *_free(200, 16, 6),  # live before: a parameter the start saw
+        *_free(300, 16, 7),  # live before, nobody saw it
+    ]
+    roles = Roles(start={200: (16, "parameter")}, timed=[(4, {100: (8, "gradient")})])
+    end = [(400, {"size": 32, "requested_size": 32, "state": "active_allocated"})]
+    label(trace, end, roles, end_us=9)
+    assert [e["category"] for e in trace] == [
+        "activation", "activation", "activation",
+        "gradient", "gradient", "gradient",
+        "parameter", "parameter", "other", "other",
+        "unknown",
+    ]  # fmt: skip
+    assert trace[-1]["action"] == "snapshot"  # the marker, so memory_viz finds an "unknown"
+    assert end[0][1]["category"] == "other"
+    # a role of another size at the address is another storage
+    trace = [_alloc(100, 8, 1)]
+    label(trace, [], Roles(timed=[(2, {100: (16, "gradient")})]), end_us=3)
+    assert trace[0]["category"] == "activation"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([8, 16, 32]), st.booleans()), min_size=1, max_size=40))
+def test_every_entry_gets_one_category_and_sums_match_the_viewer(blocks):
+    trace, t = [], 0
+    for n, (size, freed) in enumerate(blocks):
+        t += 1
+        trace.append(_alloc(1000 + n, size, t))
+        if freed:
+            t += 1
+            trace += _free(1000 + n, size, t)
+    roles = Roles(timed=[(t, {1000: (blocks[0][0], "parameter")})])
+    label(trace, [], roles, end_us=t + 1)
+    assert all("category" in e for e in trace) and "unknown" in legend({"device_traces": [trace]})
+    drawn = colours({"device_traces": [trace]}, 0)
+    assert sum(drawn.values()) == sum(size for size, _ in blocks)
+    assert totals([(e["category"], e["size"]) for e in trace if e["action"] == "alloc"]) == {
+        k: v for k, v in drawn.items() if k != "unknown" or v
+    }
+
+
+def test_the_categories_view_stacks_each_steps_peak_and_the_table_says_what():
+    from test_widget import bars, interval
+
+    from memsnap_magic.session_state import Session
+    from memsnap_magic.widget import Dashboard
+
+    MiB = 1 << 20
+    s = Session()
+    labelled = interval(1, 4 * MiB, 10 * MiB, 4 * MiB)
+    labelled.by_category_at_peak = {"parameter": 4 * MiB, "activation": 6 * MiB}
+    for b, category in zip(labelled.top_blocks, ("activation", "parameter")):
+        b["category"] = category
+    s.add(labelled)
+    s.add(interval(2, 4 * MiB, 8 * MiB, 4 * MiB))  # recorded without models: drawn whole, in grey
+    d = Dashboard(s)
+    d.view.value = "categories"
+    peak_ax = d.overview_fig.axes[0]
+    assert bars(peak_ax, "parameter") == [[4 * MiB, 0]] and bars(peak_ax, "activation") == [[6 * MiB, 0]]
+    assert bars(peak_ax, "no categories") == [[0, 8 * MiB]]
+    d.step.value = 0
+    assert "<th style='text-align:left'>what</th>" in d.blocks.value and ">parameter<" in d.blocks.value
