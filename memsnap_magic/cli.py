@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .snapshot import SnapshotError
-from .text import clean, fmt_bytes, interval_table, one_line
+from .text import clean, fmt_bytes, interval_table, one_line, step_list
 
 _RECORD_KEYS = (
     "run",
@@ -41,6 +41,9 @@ _RECORD_KEYS = (
     "end_allocated",
     "trace_entries",
     "error",
+    "by_category",
+    "by_category_at_peak",
+    "kept_by_site",
 )
 
 
@@ -67,14 +70,42 @@ def _session(paths: Sequence[str]) -> Any:
     return s
 
 
+def _leak_sites(s: Any) -> dict[int, list[Any]]:
+    """id(interval) -> the leak sites flagged at its step (findings.leak_sites), per run, rank, device."""
+    from .findings import leak_sites
+
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for iv in s.intervals:
+        groups.setdefault((iv.run, iv.rank, iv.device), []).append(iv)
+    flagged: dict[int, list[Any]] = {}
+    for ivs in groups.values():
+        for leak in leak_sites(ivs, [iv.step for iv in ivs]):
+            for iv in ivs:
+                if iv.step in leak.steps:
+                    flagged.setdefault(id(iv), []).append(leak)
+    return flagged
+
+
 def cmd_summarize(args: argparse.Namespace) -> None:
     s = _session(args.paths)
+    flagged = _leak_sites(s)
     if args.json:
-        records = [{k: rec[k] for k in _RECORD_KEYS} for rec in s.to_records()]
+        records = []
+        for iv, rec in zip(s.intervals, s.to_records()):
+            row = {k: rec[k] for k in _RECORD_KEYS}
+            row["leak_sites"] = [leak.site for leak in flagged.get(id(iv), [])]
+            records.append(row)
         json.dump(records, sys.stdout, indent=1, allow_nan=False)  # strict JSON: every figure is an int
         print()
-    else:
-        print(interval_table(s.intervals))
+        return
+    print(interval_table(s.intervals))
+    leaks = {id(leak): leak for found in flagged.values() for leak in found}.values()
+    if leaks:
+        print("\nleaks: allocation sites that kept memory in leaking steps")
+        for leak in sorted(leaks, key=lambda lk: -lk.total):
+            each = sorted(leak.kept)[len(leak.kept) // 2]
+            per = "per step" if len(leak.steps) > 1 else "        "
+            print(f"  {fmt_bytes(each, signed=True):>12} {per}  {step_list(leak.steps):<16} {leak.site}")
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
@@ -101,12 +132,15 @@ def cmd_diff(args: argparse.Namespace) -> None:
     from .snapshot import load_snapshot
     from .text import site_bytes
 
-    figures, sites = [], []
+    figures, sites, kept = [], [], []
     for path in (args.a, args.b):
         snap = load_snapshot(path)
         try:
             summary = summarize(snap)
             sites.append(site_bytes(alive_at(summary, top=0)))
+            last = len(summary.events[1]) - 1
+            at_end = alive_at(summary, index=last, top=0) if last >= 0 else []
+            kept.append(site_bytes(b for b in at_end if not b["before"]))
         except UNREADABLE as e:
             raise unreadable(path, e) from None
         figures.append(summary)
@@ -116,13 +150,17 @@ def cmd_diff(args: argparse.Namespace) -> None:
         va, vb = getattr(a, name), getattr(b, name)
         print(f"  {name:<20} {fmt_bytes(va):>12} -> {fmt_bytes(vb):>12}  ({fmt_bytes(vb - va, signed=True)})")
     print(f"  {'trace_entries':<20} {a.trace_entries:>12,} -> {b.trace_entries:>12,}")
-    growth = {k: sites[1].get(k, 0) - sites[0].get(k, 0) for k in set(sites[0]) | set(sites[1])}
-    ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[: args.top]
-    print("\nallocation sites whose bytes alive at the peak changed most (B - A):")
-    if not ranked:
-        print("  (none)")
-    for site, delta in ranked:
-        print(f"  {fmt_bytes(delta, signed=True):>12}  {site}")
+    for title, (before, after) in (
+        ("bytes alive at the peak", sites),
+        ("bytes kept (allocated in the snapshot's window, alive at its end)", kept),
+    ):
+        growth = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+        ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[: args.top]
+        print(f"\nallocation sites whose {title} changed most (B - A):")
+        if not ranked:
+            print("  (none)")
+        for site, delta in ranked:
+            print(f"  {fmt_bytes(delta, signed=True):>12}  {site}")
 
 
 def _count(text: str) -> int:

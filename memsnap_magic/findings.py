@@ -5,7 +5,11 @@ The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
   minus its start); consecutive leaking steps form one run;
 - a step **spikes** when its rise over its start is more than twice the median rise of the steps
-  shown and more than ``max(1 MiB, 1 % of its start)`` above that median.
+  shown and more than ``max(1 MiB, 1 % of its start)`` above that median;
+- an allocation **site leaks** in a leaking step when what the step allocated there and still
+  held at its end is itself more than ``max(1 MiB, 1 % of the step's start)``; consecutive such
+  steps form one run (a site that keeps a buffer another step frees is not flagged: that step
+  does not leak).
 """
 
 from __future__ import annotations
@@ -32,6 +36,19 @@ class Leak:
     steps: tuple[int, ...]
     kept: tuple[int, ...]
     since: int | None  # the step before the run, whose end the run started from
+
+    @property
+    def total(self) -> int:
+        return sum(self.kept)
+
+
+@dataclass(frozen=True)
+class SiteLeak:
+    """An allocation site that kept memory in consecutive leaking steps."""
+
+    site: str
+    steps: tuple[int, ...]
+    kept: tuple[int, ...]  # what the site kept in each of them
 
     @property
     def total(self) -> int:
@@ -68,6 +85,28 @@ def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
             )
             current = []
     return runs
+
+
+def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
+    """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
+    held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
+    for i, iv in enumerate(intervals):
+        limit = _threshold(iv.baseline_allocated)
+        if iv.kept <= limit:
+            continue
+        for site, nbytes, _ in iv.kept_by_site:
+            if nbytes > limit:
+                held.setdefault(site, {})[i] = nbytes
+    found = []
+    for site, by_step in held.items():
+        run: list[int] = []
+        for i in [*sorted(by_step), None]:
+            if i is not None and (not run or i == run[-1] + 1):
+                run.append(i)
+                continue
+            found.append(SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run)))
+            run = [i] if i is not None else []
+    return sorted(found, key=lambda leak: -leak.total)
 
 
 def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:

@@ -53,6 +53,9 @@ class Interval(Figures):
     # end and at the peak, from the file's labels (see categories); None for unlabelled files
     by_category: dict[str, int] | None = None
     by_category_at_peak: dict[str, int] | None = None
+    # what the interval allocated and still held at its end, per allocation site (the first
+    # readable frame, the user's cells first): [site, bytes, blocks], largest first
+    kept_by_site: list[list[Any]] = field(default_factory=list)
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -93,7 +96,8 @@ def interval_from_snapshot(
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
     last = len(summary.events[1]) - 1
-    born = alive_at(summary, index=last, top=TOP_BLOCKS) if last >= 0 else []
+    at_end = [b for b in alive_at(summary, index=last, top=0) if not b["before"]] if last >= 0 else []
+    born = at_end[:TOP_BLOCKS]  # largest first
     return Interval(
         step=_first(meta.step, named.step, position),
         rank=_first(meta.rank, named.rank, 0),
@@ -111,10 +115,31 @@ def interval_from_snapshot(
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         top_blocks=alive_at(summary, top=TOP_BLOCKS),
         **_category_figures(summary),
-        born={b["addr"]: b["size"] for b in born if not b["before"]},
+        born={b["addr"]: b["size"] for b in born},
+        kept_by_site=_by_site(at_end),
         time_us=summary.times_at(keep),
         allocated=summary.allocated[keep],
     )
+
+
+SITES = 20  # sites kept per interval
+
+
+def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
+    """[site, bytes, blocks] of ``blocks``, largest first, the ``SITES`` largest."""
+    from .text import site
+
+    sites: dict[str, list[Any]] = {}
+    named: dict[int, str] = {}  # files share one frame list among many blocks
+    for b in blocks:
+        key = id(b.get("frames"))
+        name = named.get(key)
+        if name is None:
+            name = named[key] = site(b)
+        row = sites.setdefault(name, [name, 0, 0])
+        row[1] += b["size"]
+        row[2] += 1
+    return sorted(sites.values(), key=lambda row: -row[1])[:SITES]
 
 
 def _category_figures(summary: Any) -> dict[str, Any]:

@@ -136,11 +136,12 @@ def step_list(steps: Sequence[int]) -> str:
 
 def headline(intervals: Sequence[Interval]) -> str:
     """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
-    from .findings import FLOOR, leaks, spikes
+    from .findings import FLOOR, leak_sites, leaks, spikes
 
     steps = [iv.step for iv in intervals]
     parts = []
     runs = leaks(intervals, steps)
+    sites = leak_sites(intervals, steps)
     for run in runs[:2]:
         low, high = min(run.kept), max(run.kept)
         if len(run.steps) == 1:
@@ -153,6 +154,16 @@ def headline(intervals: Sequence[Interval]) -> str:
         parts.append(f"leak: {what} ({fmt_bytes(run.total, signed=True)} held{since})")
     if len(runs) > 2:
         parts.append(f"{len(runs) - 2} more leaking run{'s' * (len(runs) > 3)}")
+    if sites:
+        top = sites[0]
+        each = sorted(top.kept)[len(top.kept) // 2]
+        per = (
+            f"{fmt_bytes(each, signed=True)} per step over"
+            if len(top.steps) > 1
+            else f"{fmt_bytes(each, signed=True)} in"
+        )
+        more = f" ({len(sites) - 1} more site{'s' * (len(sites) > 2)})" if len(sites) > 1 else ""
+        parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{more}")
     found = spikes(intervals, steps)
     if found:
         top = found[0]

@@ -1,0 +1,80 @@
+"""Leaks by allocation site: what each step allocated and still held at its end, per site, and
+the sites that keep memory step after step — in the headline, ``memsnap summarize`` and ``diff``."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from test_widget import interval
+
+from memsnap_magic import Recorder, session
+from memsnap_magic.cli import main
+from memsnap_magic.findings import leak_sites
+from memsnap_magic.text import headline
+
+MiB = 1 << 20
+held: list[torch.Tensor] = []
+
+
+def leaky_step(n: int) -> None:
+    scratch = torch.ones(2 * MiB // 4)  # 2 MiB, freed again
+    held.append(torch.ones(n * MiB // 4))  # kept: n MiB
+    del scratch
+
+
+def test_a_site_that_keeps_memory_step_after_step_is_named_with_its_rate(tmp_path, capsys):
+    held.clear()
+    for step in range(1, 8):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace={}):
+            if 3 <= step <= 5:
+                leaky_step(4)  # +4 MiB per step over steps 3-5
+            else:
+                torch.ones(MiB // 4)  # transient
+    ivs = session().intervals
+    kept = {iv.step: iv.kept_by_site for iv in ivs}
+    assert [k[:2] for k in kept[4]] == [[kept[4][0][0], 4 * MiB]] and kept[4][0][2] == 1
+    assert kept[4][0][0].startswith("leaky_step (") and "test_leak_sites.py:" in kept[4][0][0]
+    assert kept[1] == [] and kept[7] == []  # transient steps keep nothing
+    (leak,) = leak_sites(ivs, [iv.step for iv in ivs])
+    assert (leak.steps, leak.kept, leak.total) == ((3, 4, 5), (4 * MiB,) * 3, 12 * MiB)
+    assert f"leak site: {leak.site} kept +4.0 MiB per step over steps 3–5" in headline(ivs)
+
+    assert main(["summarize", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "leaks: allocation sites that kept memory in leaking steps" in out
+    assert "+4.0 MiB per step  steps 3–5" in out and leak.site in out
+    assert main(["summarize", "--json", str(tmp_path)]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["leak_sites"] for r in records] == [[], []] + [[leak.site]] * 3 + [[], []]
+    assert records[3]["kept_by_site"][0][:2] == [leak.site, 4 * MiB]
+
+    step3, step4 = (sorted((tmp_path / f"step{n}").glob("*.pickle"))[0] for n in (3, 4))
+    assert main(["diff", str(step3), str(step4)]) == 0
+    out = capsys.readouterr().out
+    kept_part = out.split("bytes kept (allocated in the snapshot's window, alive at its end)")[1]
+    assert "(none)" in kept_part  # both steps kept 4 MiB at that site: no change
+
+
+def test_a_buffer_replaced_each_step_is_not_a_leak():
+    """A site that allocates in every step what the next frees keeps bytes each step, but no step
+    leaks overall: nothing is flagged."""
+    ivs = []
+    for step in range(1, 6):
+        iv = interval(step, 10 * MiB, 20 * MiB, 10 * MiB)  # end == start: nothing kept overall
+        iv.kept_by_site = [["ring_buffer (cell In[2]:4)", 8 * MiB, 1]]
+        ivs.append(iv)
+    assert leak_sites(ivs, [iv.step for iv in ivs]) == []
+    assert "leak site" not in headline(ivs)
+
+
+def test_two_runs_of_one_site_are_two_leaks_largest_first():
+    ivs = []
+    for step in range(1, 8):
+        leaking = step in (2, 3, 6)
+        iv = interval(step, 10 * MiB, 20 * MiB, 10 * MiB + (3 * MiB if leaking else 0))
+        iv.kept_by_site = [["grow (cell In[1]:2)", 3 * MiB, 1]] if leaking else []
+        ivs.append(iv)
+    found = leak_sites(ivs, [iv.step for iv in ivs])
+    assert [(f.steps, f.total) for f in found] == [((2, 3), 6 * MiB), ((6,), 3 * MiB)]
+    assert "leak site: grow (cell In[1]:2) kept +3.0 MiB per step over steps 2–3 (1 more site)" in headline(ivs)
