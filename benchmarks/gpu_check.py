@@ -612,6 +612,7 @@ def section_categories(state: State) -> None:
     import torch
 
     from memsnap_magic import Recorder
+    from memsnap_magic.backends.registry import trace_index
     from memsnap_magic.session_state import Session
     from memsnap_magic.snapshot import load_snapshot
 
@@ -622,6 +623,7 @@ def section_categories(state: State) -> None:
     x, y = torch.randn(256, 1024, device=device), torch.randint(0, 10, (256,), device=device)
     params = list(model.parameters())
     p_bytes = sum(p.nbytes for p in params)
+    usage_keys = {"rss"} if device == "cpu" else {"free", "total", "reserved"}
     found = []
     for order in ("zero_grad first", "zero_grad last"):
         session = Session()
@@ -657,9 +659,24 @@ def section_categories(state: State) -> None:
                     "gradient_exact": peak.get("gradient") == p_bytes,
                     "optimizer_state_at_least_moments": peak.get("optimizer_state", 0) >= 2 * p_bytes,
                     "unknown_in_file": "unknown" in names,
+                    # the device's use beside the trace, and each entry naming its step for memory_viz
+                    "usage_end": iv.usage_end,
+                    "usage_ok": bool(iv.usage_end) and set(iv.usage_end) >= usage_keys,
+                    "marked": all(
+                        str(e.get("user_metadata", "")).startswith(f"memsnap step {iv.step}")
+                        for e in snap["device_traces"][trace_index(iv.device)]
+                    ),
                 }
             )
-    keys = ("sums_match", "parameter_exact", "gradient_exact", "optimizer_state_at_least_moments", "unknown_in_file")
+    keys = (
+        "sums_match",
+        "parameter_exact",
+        "gradient_exact",
+        "optimizer_state_at_least_moments",
+        "unknown_in_file",
+        "usage_ok",
+        "marked",
+    )
     state.results["categories"] = {"steps": found, "ok": bool(found) and all(all(f[k] for k in keys) for f in found)}
 
 

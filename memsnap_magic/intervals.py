@@ -56,6 +56,10 @@ class Interval(Figures):
     # what the interval allocated and still held at its end, per allocation site (the first
     # readable frame, the user's cells first): [site, bytes, blocks], largest first
     kept_by_site: list[list[Any]] = field(default_factory=list)
+    # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
+    # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
+    usage_start: dict[str, int] | None = None
+    usage_end: dict[str, int] | None = None
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -112,6 +116,8 @@ def interval_from_snapshot(
         overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
         context=_first(meta.context, DEFAULTS.context),
         incomplete=meta.incomplete,
+        usage_start=meta.usage_start,
+        usage_end=meta.usage_end,
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         top_blocks=alive_at(summary, top=TOP_BLOCKS),
         **_category_figures(summary),

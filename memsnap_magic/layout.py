@@ -101,6 +101,8 @@ class Meta:
     max_entries: int | None = None  # the trace ring's size
     incomplete: str | None = None  # why the snapshot holds less than the interval did
     run: str | None = None  # the named run it was recorded into (run=...); None: the session's own
+    usage_start: dict[str, int] | None = None  # Backend.usage() at the interval's start and end
+    usage_end: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,6 +155,15 @@ def exception_name(error: BaseException) -> str:
     return next(c.__name__ for c in type(error).__mro__ if _exception_name(c.__name__))
 
 
+def _usage(value: Any) -> bool:
+    """a dict of free/total/reserved/rss byte counts"""
+    return (
+        type(value) is dict
+        and set(value) <= {"free", "total", "reserved", "rss"}
+        and all(type(v) is int and 0 <= v < 1 << 62 for v in value.values())
+    )
+
+
 def _boolean(value: Any) -> bool:
     """true or false"""
     return type(value) is bool
@@ -172,7 +183,26 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "max_entries": _count(MAX_STEP),
     "incomplete": _name(r"[ -~]{1,300}", "a short printable note"),
     "run": _name(TAG_PATTERN, "a run name of letters, digits, _ . -"),
+    "usage_start": _usage,
+    "usage_end": _usage,
 }
+
+
+MARK_KEY = "user_metadata"  # the per-entry string PyTorch's memory_viz shows beside each event
+
+
+def step_mark(step: int, run: str | None = None) -> str:
+    """What each entry of a step's dump says it belongs to, so a file opened alone tells its step."""
+    return f"memsnap step {step}" + (f" (run {run})" if run else "")
+
+
+def stamp(snap: dict[str, Any], index: int, mark: str) -> None:
+    """Give device ``index``'s trace entries ``mark`` as their ``user_metadata`` where they have
+    none (PyTorch 2.10+ sets its own through ``_set_memory_metadata``; older ones and the CPU
+    route none). One string object: the pickle stores it once."""
+    for entry in snap["device_traces"][index]:
+        if not entry.get(MARK_KEY):
+            entry[MARK_KEY] = mark
 
 
 def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -101,6 +101,7 @@ class Recorder:
         self._current: int | None = None
         self._rank = 0
         self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
+        self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
         self._training: tuple[list[Any], list[Any]] = ([], [])
 
     def start(self) -> Recorder:
@@ -129,6 +130,7 @@ class Recorder:
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
                 backend.begin(fresh=False, namespace=self._reach())
                 self._watch = self._quietly(self._new_watch, backend)
+                self._usage = self._quietly(backend.usage)
             else:
                 backend.warm_up()
                 backend.follow()  # the steps before the first listed one count for its start
@@ -194,6 +196,7 @@ class Recorder:
             self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
             self._current = step if self._backend.recording else None
             self._watch = self._quietly(self._new_watch, self._backend) if self._current is not None else None
+            self._usage = self._quietly(self._backend.usage)
 
     def _reach(self) -> dict[str, Any]:
         """The namespace, and the model and optimizer given as objects (a script's locals): the CPU
@@ -253,8 +256,9 @@ class Recorder:
     def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
+        from .backends.registry import trace_index
         from .intervals import interval_from_snapshot
-        from .layout import META_KEY, Meta, exception_name, snapshot_path
+        from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
         from .snapshot import dump_snapshot
 
         backend, o = self._backend, self.options
@@ -269,16 +273,17 @@ class Recorder:
             )
             return
         end_us = time.time_ns() // 1000
+        usage = self._quietly(backend.usage)
         snap = self._quietly(backend.snapshot)
         allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
         if roles:
-            from .backends.registry import trace_index
             from .categories import label_snapshot
 
             self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
+        self._quietly(stamp, snap, trace_index(backend.device), step_mark(step, o.run))
         meta = Meta(
             step=step,
             rank=self._rank,
@@ -293,6 +298,8 @@ class Recorder:
             max_entries=o.max_entries,
             incomplete=backend.incomplete,
             run=o.run,
+            usage_start=self._usage,
+            usage_end=usage,
         )
         snap[META_KEY] = meta.to_dict()
         path: Path | None = snapshot_path(o.out, step, o.tag, self._rank, o.run)

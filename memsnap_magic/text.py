@@ -224,6 +224,25 @@ def compare_runs(label: str, ivs: Sequence[Interval], other_label: str, other: S
     )
 
 
+def usage_line(iv: Interval) -> str | None:
+    """The device's (or process's) use at the step's end beside what PyTorch allocated: the gap
+    is memory the trace does not see (other processes, CUDA context, graphs, fragmentation)."""
+    end = iv.usage_end or {}
+    if "total" in end and "free" in end:
+        in_use = end["total"] - end["free"]
+        parts = [f"device at the step's end: {fmt_bytes(in_use)} in use of {fmt_bytes(end['total'])}"]
+        if "reserved" in end:
+            parts.append(f"PyTorch reserved {fmt_bytes(end['reserved'])}, allocated {fmt_bytes(iv.end_allocated)}")
+            parts.append(f"{fmt_bytes(max(in_use - end['reserved'], 0))} in use outside PyTorch's allocator")
+        return " · ".join(parts)
+    if "rss" in end:
+        return (
+            f"process resident memory at the step's end: {fmt_bytes(end['rss'])} "
+            f"(tensors the trace saw: {fmt_bytes(iv.end_allocated)})"
+        )
+    return None
+
+
 def run_label(name: str) -> str:
     """How a run is named to people: the session's own run has no name of its own."""
     return name or "this session"

@@ -22,7 +22,16 @@ from .intervals import Interval
 from .pointing import bar_in_column, column_at, position_at
 from .session_state import Session
 from .state import STATE
-from .text import bar_figures, blocks_table, compare_runs, headline, interval_table, ranks_figures, run_label
+from .text import (
+    bar_figures,
+    blocks_table,
+    compare_runs,
+    headline,
+    interval_table,
+    ranks_figures,
+    run_label,
+    usage_line,
+)
 
 ALL_RANKS = "all"
 CUMULATIVE_MEANS = (
@@ -66,6 +75,7 @@ class Dashboard:
         self.readout.add_class("memsnap-readout")
         self.error = w.HTML()
         self.detail = w.Image(format="png")
+        self.usage = w.HTML()
         self.blocks = w.HTML()
         self.root = w.VBox(
             [
@@ -78,6 +88,7 @@ class Dashboard:
                 w.HBox([self.run, self.step, self.prev, self.next, self.follow]),
                 self.error,
                 self.detail,
+                self.usage,
                 self.blocks,
             ]
         )
@@ -293,6 +304,7 @@ class Dashboard:
             self.detail.value = b""
             self.error.value = ""
             self.blocks.value = ""
+            self.usage.value = ""
             self._draw_overview()
             return
         self.error.value = (
@@ -307,6 +319,8 @@ class Dashboard:
         shown = self.shown()
         earlier = [e for e in shown[: shown.index(iv)] if (e.rank, e.device) == (iv.rank, iv.device)]
         self.blocks.value = blocks_table(iv, earlier)
+        line = usage_line(iv)
+        self.usage.value = f"<small>{html.escape(line)}</small>" if line else ""
         self._draw_overview()  # the selected step is outlined there
 
     def close(self) -> None:

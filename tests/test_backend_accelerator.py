@@ -212,3 +212,30 @@ def test_missing_clear_flag_cannot_be_forced():
     fa = FakeAllocator(with_clear_flag=False)
     with pytest.raises(backends.BackendError, match="clear_history"):
         AcceleratorBackend("cuda", 0, fa.device, fa.memory, clear_route="flag")
+
+
+def test_device_use_beside_the_trace_and_a_step_mark_on_every_entry(shell, fake):
+    """free/total and reserved at the start and end (mem_get_info, memory_reserved where the
+    module has them), the gap said in words; each entry names its step for memory_viz."""
+    from memsnap_magic import load_snapshot
+    from memsnap_magic.text import usage_line
+
+    GiB = 1 << 30
+    fake.device.mem_get_info = lambda i: (80 * GiB - (3 * GiB + fake.current), 80 * GiB)
+    fake.device.memory_reserved = lambda i: 2 * GiB
+    assert shell.run_cell("%%memsnap step=4 run=after\na = fa.alloc(1 << 30)").success
+    (iv,) = session().intervals
+    assert iv.usage_start == {"free": 77 * GiB, "total": 80 * GiB, "reserved": 2 * GiB}
+    assert iv.usage_end == {"free": 76 * GiB, "total": 80 * GiB, "reserved": 2 * GiB}
+    assert usage_line(iv) == (
+        "device at the step's end: 4.0 GiB in use of 80.0 GiB · PyTorch reserved 2.0 GiB, "
+        "allocated 1.0 GiB · 2.0 GiB in use outside PyTorch's allocator"
+    )
+    entries = load_snapshot(iv.path)["device_traces"][0]
+    assert entries and {e["user_metadata"] for e in entries} == {"memsnap step 4 (run after)"}
+
+
+def test_a_module_without_memory_queries_records_no_use(shell, fake):
+    assert shell.run_cell("%%memsnap\na = fa.alloc(10)").success
+    (iv,) = session().intervals
+    assert iv.usage_start is None and iv.usage_end is None

@@ -30,6 +30,7 @@ ROWS = (
     "snapshot_size_cumulative",
     "dashboard_refresh",
     "dashboard_first_render",
+    "cell_after_three_shows",
 )
 
 

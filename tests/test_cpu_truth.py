@@ -179,3 +179,19 @@ def test_a_table_without_any_stack_drops_the_column(cpu):
     table = blocks_table(session().intervals[0])
     assert "allocated by" not in table and "no stack (" not in table
     assert "no stacks: recorded with context=none" in table
+
+
+def test_the_process_resident_memory_is_kept_beside_the_trace(tmp_path):
+    import torch
+
+    from memsnap_magic import Recorder
+    from memsnap_magic.snapshot import load_snapshot
+    from memsnap_magic.text import usage_line
+
+    with Recorder(device="cpu", out=tmp_path, step=2, namespace={}):
+        x = torch.ones(4 << 20)  # noqa: F841  16 MiB, resident once written
+    (iv,) = session().intervals
+    assert iv.usage_start["rss"] > 0 and iv.usage_end["rss"] >= iv.usage_start["rss"] + (8 << 20)
+    assert usage_line(iv).startswith("process resident memory at the step's end: ")
+    entries = load_snapshot(iv.path)["device_traces"][0]
+    assert {e["user_metadata"] for e in entries} == {"memsnap step 2"}

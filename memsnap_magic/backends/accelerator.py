@@ -145,3 +145,14 @@ class AcceleratorBackend(Backend):
 
     def allocator_peak(self) -> int | None:
         return int(self._dev.max_memory_allocated(self.index))
+
+    def usage(self) -> dict[str, int] | None:
+        found: dict[str, int] = {}
+        info = getattr(self._dev, "mem_get_info", None)
+        if info is not None:
+            free, total = info(self.index)
+            found.update(free=int(free), total=int(total))
+        reserved = getattr(self._dev, "memory_reserved", None)
+        if reserved is not None:
+            found["reserved"] = int(reserved(self.index))
+        return found or None

@@ -91,3 +91,8 @@ class Backend(ABC):
     def allocator_peak(self) -> int | None:
         """The allocator's own peak since ``begin`` (bytes, rounded), where ``has_allocator_peak``."""
         return None
+
+    def usage(self) -> dict[str, int] | None:
+        """What the device (or process) holds now, beyond what the trace sees: ``free``, ``total``
+        and ``reserved`` bytes on accelerators, ``rss`` on the CPU; None where it cannot tell."""
+        return None

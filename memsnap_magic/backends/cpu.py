@@ -217,6 +217,10 @@ class CpuBackend(Backend):
             self._profiler.start()
             self._gap = True
 
+    def usage(self) -> dict[str, int] | None:
+        rss = _resident_bytes()
+        return {"rss": rss} if rss is not None else None
+
     def end(self, *, keep: bool) -> None:
         from torch._C._autograd import _profiler_enabled
 
@@ -275,3 +279,12 @@ def _warn_if_huge(events: int, stacks: bool) -> None:
 
 
 TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
