@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import Summary
-from .pairing import SPARSE, by_address, end_blocks, sorted_contains
+from .pairing import SPARSE, addresses, by_address, end_blocks, sorted_contains
 
 _LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
 
@@ -42,6 +42,28 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
         look *= 8
     items = _alive_among(summary, p, np.arange(m), summary.end, top)
     return items[:top] if top else items
+
+
+def kept(summary: Summary) -> list[dict[str, Any]]:
+    """The blocks the interval allocated and still held at its end, largest first (items as
+    ``alive_at``'s). A block alive at the end was allocated in the window exactly when the trace
+    allocates at its address: its last event there is that allocation. One pass over the
+    allocations' addresses, no pairing."""
+    sign, _, entry = summary.events
+    made = np.unique(addresses(summary.trace, entry[sign > 0]))
+    end_addr, end_size, blocks = summary.end
+    chosen = np.flatnonzero(sorted_contains(made, end_addr))
+    chosen = chosen[np.argsort(-end_size[chosen], kind="stable")]
+    return [
+        {
+            "size": int(end_size[i]),
+            "addr": int(end_addr[i]),
+            "before": False,
+            "frames": blocks[i].get("frames") or [],
+            "category": blocks[i].get("category"),
+        }
+        for i in chosen.tolist()
+    ]
 
 
 def _alive_among(

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .readable import clean, one_line
 from .snapshot import SnapshotError
-from .text import clean, fmt_bytes, interval_table, one_line, step_list
+from .text import fmt_bytes, interval_table, step_list
 
 _RECORD_KEYS = (
     "run",
@@ -129,8 +130,8 @@ def cmd_diff(args: argparse.Namespace) -> None:
     from .alive import alive_at
     from .analysis import summarize
     from .intervals import UNREADABLE, unreadable
+    from .readable import site_bytes
     from .snapshot import load_snapshot
-    from .text import site_bytes
 
     figures, sites, kept = [], [], []
     for path in (args.a, args.b):

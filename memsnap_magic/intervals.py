@@ -91,7 +91,7 @@ def interval_from_snapshot(
     ``path`` (verl's layout), else ``position`` is the step. The run is ``run`` if given, else
     the one the file was recorded into, else the folder holding its step folder: a file read
     back never joins the session's own run (which holds what this kernel recorded)."""
-    from .alive import alive_at
+    from .alive import alive_at, kept
     from .analysis import decimate_index, pick_device, summarize
 
     meta = Meta.from_snapshot(snap)
@@ -99,8 +99,7 @@ def interval_from_snapshot(
     index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
-    last = len(summary.events[1]) - 1
-    at_end = [b for b in alive_at(summary, index=last, top=0) if not b["before"]] if last >= 0 else []
+    at_end = kept(summary)
     born = at_end[:TOP_BLOCKS]  # largest first
     return Interval(
         step=_first(meta.step, named.step, position),
@@ -133,7 +132,7 @@ SITES = 20  # sites kept per interval
 
 def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
     """[site, bytes, blocks] of ``blocks``, largest first, the ``SITES`` largest."""
-    from .text import site
+    from .readable import site
 
     sites: dict[str, list[Any]] = {}
     named: dict[int, str] = {}  # files share one frame list among many blocks

@@ -115,8 +115,9 @@ class MemsnapMagics(Magics):
         import shlex
 
         from .intervals import read_run
+        from .readable import one_line
         from .snapshot import SnapshotError
-        from .text import loaded_line, one_line
+        from .text import loaded_line
         from .values import Tag
 
         try:

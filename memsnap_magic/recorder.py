@@ -128,14 +128,17 @@ class Recorder:
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
-                backend.begin(fresh=False, namespace=self._reach())
-                self._watch = self._quietly(self._new_watch, backend)
+                self._watch = self._quietly(self._new_watch, backend)  # before: its walks stay out of the trace
                 self._usage = self._quietly(backend.usage)
+                backend.begin(fresh=False, namespace=self._reach())
             else:
                 backend.warm_up()
                 backend.follow()  # the steps before the first listed one count for its start
-        except BaseException:  # nothing half-started is left recording
+        except BaseException:  # nothing half-started is left recording, or hooked
             self._current = None
+            if self._watch is not None:
+                self._quietly(self._watch.detach)
+                self._watch = None
             if backend.recording:
                 self._quietly(backend.end, keep=False)
             raise
@@ -193,10 +196,13 @@ class Recorder:
             if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
                 self._quietly(self._backend.follow)
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
+            self._watch = self._quietly(self._new_watch, self._backend)
+            self._usage = self._quietly(self._backend.usage)
             self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
             self._current = step if self._backend.recording else None
-            self._watch = self._quietly(self._new_watch, self._backend) if self._current is not None else None
-            self._usage = self._quietly(self._backend.usage)
+            if self._current is None and self._watch is not None:
+                self._quietly(self._watch.detach)
+                self._watch = None
 
     def _reach(self) -> dict[str, Any]:
         """The namespace, and the model and optimizer given as objects (a script's locals): the CPU
@@ -263,8 +269,9 @@ class Recorder:
 
         backend, o = self._backend, self.options
         assert backend is not None
-        watch, self._watch = self._watch, None  # its hooks come off the optimizers whatever happens
-        roles = self._quietly(watch.finish) if watch is not None else None
+        watch, self._watch = self._watch, None
+        if watch is not None:  # its hooks come off the optimizers whatever happens next
+            self._quietly(watch.detach)
         if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
             warn(
                 f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
@@ -279,6 +286,7 @@ class Recorder:
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
+        roles = self._quietly(watch.finish) if watch is not None else None  # recording is off here
         if roles:
             from .categories import label_snapshot
 

@@ -47,25 +47,41 @@ def _unique(objects: Iterable[Any]) -> list[Any]:
 
 
 class Watch:
-    """Watches one interval: the storages at its start now, at each optimizer step, at ``finish``."""
+    """Watches one interval: the storages at its start now, the gradients at each optimizer step,
+    everything again at ``finish``.
+
+    Made before recording starts and finished after it stops, so the walks over modules stay out
+    of the trace (on the CPU route the profiler's Python tracer would record every call). The
+    step hook runs while recording: it reads only the gradients of the optimizer's parameters on
+    this device, a few C calls each; the optimizer's state outlives the step, so the end sees it.
+    """
 
     def __init__(self, device: str, modules: list[Any], optimizers: list[Any]) -> None:
         self.device = device
         self.modules, self.optimizers = modules, optimizers
         self.roles = Roles(start=self.storages())
-        self._handles = []
-        for opt in optimizers:
-            self._handles.append(opt.register_step_pre_hook(lambda o, args, kwargs: self._seen()))
-            self._handles.append(opt.register_step_post_hook(lambda o, args, kwargs: self._seen()))
+        here = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+        self._params = [p for p in here if _device(p) == device]
+        self._handles = [opt.register_step_pre_hook(self._at_step) for opt in optimizers]
 
-    def _seen(self) -> None:
-        self.roles.timed.append((time.time_ns() // 1000, self.storages()))
+    def _at_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        seen: Storages = {}
+        for p in self._params:
+            grad = p.grad
+            if grad is not None:
+                storage = grad.untyped_storage()
+                seen[storage.data_ptr()] = (storage.nbytes(), GRADIENT)
+        self.roles.timed.append((time.time_ns() // 1000, seen))
 
-    def finish(self) -> Roles:
-        """The end's storages; the hooks removed."""
+    def detach(self) -> None:
+        """Take the hooks off the optimizers (the interval is over, or failed)."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def finish(self) -> Roles:
+        """The end's storages, the hooks removed."""
+        self.detach()
         self.roles.end = self.storages()
         return self.roles
 

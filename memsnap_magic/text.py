@@ -8,31 +8,16 @@ numbers; what a number means to a reader is decided here.
 from __future__ import annotations
 
 import html
-import re
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .backends import backend_class
+from .backends.registry import backend_class
+from .readable import clean, frame_lines
 
 if TYPE_CHECKING:
     from .intervals import Interval
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows
-_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)], "?")
-
-
-def clean(text: str, limit: int = 300) -> str:
-    """Text a file supplied (a path, a frame's name), safe to print: no control characters or
-    escape sequences, at most ``limit`` characters."""
-    text = str(text).translate(_CONTROLS)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """A message on one line (its line breaks become spaces), cleaned."""
-    return clean(" ".join(str(text).split()), limit)
 
 
 def fmt_bytes(n: int | None, signed: bool = False) -> str:
@@ -263,53 +248,6 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
     )
 
 
-# Frames: a recorded stack runs from the allocation out through the user's code, the magic,
-# IPython and the kernel. People want their cells first, then the library code that allocated.
-_INPUT = re.compile(r"^<ipython-input-(\d+)-")
-_RUNS_CELLS = re.compile(r"(?:^|[/\\])memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
-_SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
-
-
-def _field(frame: dict[str, Any], key: str) -> str:
-    """A frame's filename or name; "?" where a file gives something else (frames are data)."""
-    value = frame.get(key)
-    return value if type(value) is str else "?"
-
-
-def _line(frame: dict[str, Any]) -> int | str:
-    line = frame.get("line")
-    return line if type(line) is int and 0 < line < 1 << 31 else "?"  # 0: a module's entry, no line yet
-
-
-def _is_cell_frame(frame: dict[str, Any]) -> bool:
-    name = _field(frame, "filename")
-    return name.startswith("<ipython-input-") or "/ipykernel_" in name
-
-
-def _where(frame: dict[str, Any]) -> str:
-    name = _field(frame, "filename")
-    cell = _INPUT.match(name)
-    if cell:
-        return f"cell In[{cell.group(1)}]"
-    if _is_cell_frame(frame):
-        return "notebook cell"
-    return _SITE.sub("", name)
-
-
-def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
-    """A few readable frames: the notebook's cells first, then the innermost others.
-
-    From the frame that runs a ``%%memsnap`` body outwards a stack says nothing about the user's
-    code, so it is dropped (the ``%%memsnap`` line's own cell with it). A file's stack may hold
-    anything: what is not a frame is left out, what is not a name reads "?".
-    """
-    frames = [f for f in frames if type(f) is dict] if type(frames) is list else []
-    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
-    frames = frames[:outer]
-    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
-    return [clean(f"{_field(f, 'name')} ({_where(f)}:{_line(f)})") for f in ordered[:limit]]
-
-
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
     """Why a block has no stack, as memory_viz explains frameless blocks."""
     if block.get("before"):
@@ -322,26 +260,6 @@ def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
     if backend is not None and block.get("size", 0) < backend.stack_bytes:
         return f"{backend.label} records stacks of allocations of {fmt_bytes(backend.stack_bytes)} or more"
     return "no Python frames (allocated from C++ or the autograd thread)"
-
-
-def site(block: dict[str, Any]) -> str:
-    """Where a block was allocated: its first readable frame, or why it has none."""
-    lines = frame_lines(block.get("frames") or [], limit=1)
-    if lines:
-        return lines[0]
-    return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
-
-
-def site_bytes(blocks: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Bytes per allocation site (the first frame, notebook cells first)."""
-    sites: dict[str, int] = defaultdict(int)
-    named: dict[tuple[int, bool], str] = {}  # real files share one frame list among many blocks
-    for b in blocks:
-        key = (id(b.get("frames")), bool(b.get("before")))
-        if key not in named:
-            named[key] = site(b)
-        sites[named[key]] += b["size"]
-    return dict(sites)
 
 
 TABLE_ROWS = 10

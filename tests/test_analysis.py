@@ -323,3 +323,16 @@ def test_entries_without_time_us_carry_the_last_time_forward():
     ]
     s = summarize(snapshot(trace, {1: 5, 2: 5, 3: 5}))
     assert s.time_us.tolist() == [0, 70, 70] and s.peak_allocated == 15
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows())
+def test_kept_blocks_are_those_alive_at_the_end_that_the_window_allocated(snap):
+    """``kept`` (one pass over the allocations' addresses) agrees with pairing every event."""
+    from memsnap_magic.alive import alive_at, kept
+
+    s = summarize(snap)
+    last = len(s.events[1]) - 1
+    paired = [b for b in alive_at(s, index=last, top=0) if not b["before"]] if last >= 0 else []
+    assert sorted((b["addr"], b["size"]) for b in kept(s)) == sorted((b["addr"], b["size"]) for b in paired)
+    assert [b["size"] for b in kept(s)] == sorted((b["size"] for b in kept(s)), reverse=True)

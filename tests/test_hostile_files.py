@@ -179,7 +179,8 @@ def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
     # file's odd values become "?" (frames) or missing (times)
     from memsnap_magic.intervals import read_interval
     from memsnap_magic.plots import detail_figure, png
-    from memsnap_magic.text import blocks_table, site_bytes
+    from memsnap_magic.readable import site_bytes
+    from memsnap_magic.text import blocks_table
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
     snap["device_traces"][0][0].update(frames=frames, time_us=time_us)

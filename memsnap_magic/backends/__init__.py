@@ -5,21 +5,11 @@ Backend modules load on first use, so importing this package imports neither tor
 
 from __future__ import annotations
 
-import importlib
-
 from ..state import STATE
 from .base import Backend, BackendError
-from .registry import KINDS, Kind
+from .registry import KINDS, Kind, backend_class
 
 __all__ = ["KINDS", "Backend", "BackendError", "Kind", "backend_class", "get_backend", "resolve_device"]
-
-
-def backend_class(device: str) -> type[Backend] | None:
-    """The backend class of a device name (``cuda:1``, ``cpu``); None for a family we do not know."""
-    kind = KINDS.get(device.partition(":")[0])
-    if kind is None:
-        return None
-    return getattr(importlib.import_module(f".{kind.module}", __name__), kind.cls)
 
 
 def resolve_device(device: str) -> str:

@@ -2,12 +2,14 @@
 
 Adding a family is a module in this package with a ``Backend`` subclass (see ``base``) and one
 line in ``KINDS``. The ``device=`` option's allowed values and ``device=auto``'s order follow from
-this table; reading it imports nothing (not torch, not the backend modules).
+this table; reading it imports nothing (not torch, not the backend modules) until a class is asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,16 @@ KINDS: dict[str, Kind] = {
     "npu": Kind("accelerator", "AcceleratorBackend"),  # Ascend, through torch_npu
     "cpu": Kind("cpu", "CpuBackend", indexed=False),
 }
+
+
+def backend_class(device: str) -> Any:
+    """The backend class (a ``base.Backend`` subclass) of a device name (``cuda:1``, ``cpu``); None
+    for a family we do not know.
+    Its module loads now (text asks what a family can do without starting anything)."""
+    kind = KINDS.get(device.partition(":")[0])
+    if kind is None:
+        return None
+    return getattr(importlib.import_module(f".{kind.module}", __package__), kind.cls)
 
 
 def trace_index(device: str) -> int:
