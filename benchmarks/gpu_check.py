@@ -46,6 +46,8 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    last); each step's peak must hold exactly the parameters' bytes as ``parameter`` and as
    ``gradient``, at least twice them as ``optimizer_state``, sum to the peak and end, and each file
    must carry an ``unknown`` category (memory_viz throws without one).
+11. ``newer_options``: ``compile_context=`` and ``skip_actions=`` pass through where this torch's
+   signature has them, else a one-line UsageError and the cell does not run (CPU: refused).
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -680,6 +682,38 @@ def section_categories(state: State) -> None:
     state.results["categories"] = {"steps": found, "ok": bool(found) and all(all(f[k] for k in keys) for f in found)}
 
 
+def section_newer_options(state: State) -> None:
+    """``compile_context=true`` and ``skip_actions=segment_map,segment_unmap``: passed where this
+    torch's ``_record_memory_history`` has them (the cell runs, its step is recorded), else one
+    UsageError naming the option (the cell does not run). The CPU route refuses both."""
+    import inspect
+
+    import torch
+
+    shell = state.shell
+    if shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    device = state.plan.device
+    params = set(inspect.signature(torch.cuda.memory._record_memory_history).parameters)
+    found = {}
+    for step, (key, value) in enumerate(
+        (("compile_context", "true"), ("skip_actions", "segment_map,segment_unmap")), 90
+    ):
+        shell.user_ns.pop("_ran", None)
+        res = shell.run_cell(f"%%memsnap step={step} device={device} {key}={value}\n_ran = 1\n", store_history=False)
+        error = res.error_before_exec or res.error_in_exec
+        expected = device != "cpu" and key in params
+        found[key] = {
+            "in_signature": key in params,
+            "ran": "_ran" in shell.user_ns,
+            "error": f"{type(error).__name__}: {error}" if error else None,
+            "ok": (res.success and "_ran" in shell.user_ns)
+            if expected
+            else (type(error).__name__ == "UsageError" and key in str(error) and "_ran" not in shell.user_ns),
+        }
+    state.results["newer_options"] = {**found, "ok": all(f["ok"] for f in found.values())}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -1070,6 +1104,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("large_trace", section_large_trace),
     ("views", section_views),
     ("categories", section_categories),
+    ("newer_options", section_newer_options),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1139,6 +1174,7 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "async_allocator_refused": (results.get("async_allocator") or {}).get("ok"),
         "demo_ok": (results.get("demo") or {}).get("ok"),
         "categories_ok": (results.get("categories") or {}).get("ok"),
+        "newer_options_ok": (results.get("newer_options") or {}).get("ok"),
     }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .layout import LAYOUT
 from .schema import excerpt
-from .values import Boolean, Choice, Device, Folder, Integer, Name, Steps, Tag, Value
+from .values import Boolean, Choice, Choices, Device, Folder, Integer, Name, Steps, Tag, Value
 
 
 class OptionError(ValueError):
@@ -95,6 +95,20 @@ class Options:
         Name(),
         "The optimizer whose state the dump labels; default: every Optimizer bound to a name.",
         "optimizer=opt",
+    )
+    compile_context: bool = _option(
+        False,
+        Boolean(),
+        "Accelerators, where this torch has it (2.6+): trace entries also say which torch.compile "
+        "graph allocated them.",
+        "compile_context=true",
+    )
+    skip_actions: tuple[str, ...] | None = _option(
+        None,
+        Choices("segment_map", "segment_unmap", "snapshot", "oom"),
+        "Accelerators, where this torch has it: leave these actions out of the trace (expandable "
+        "segments map and unmap often); allocations and frees always stay, the figures need them.",
+        "skip_actions=segment_map,segment_unmap",
     )
     clear: bool = _option(
         True,

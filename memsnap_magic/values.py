@@ -93,6 +93,25 @@ class Choice(Value):
         return value
 
 
+class Choices(Value):
+    """Several of a fixed set, comma-separated (``skip_actions=segment_map,segment_unmap``)."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = values
+        self._allowed, self._metavar = "comma-separated: " + ", ".join(values), ",".join(values[:2]) + ",..."
+
+    def parse(self, text: str) -> tuple[str, ...]:
+        return self.check([p.strip() for p in text.split(",") if p.strip()])
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str) or not isinstance(value, Iterable):
+            raise ValueError("not a list")
+        chosen = tuple(dict.fromkeys(value))
+        if not chosen or any(v not in self.values for v in chosen):
+            raise ValueError("not one or more of the allowed values")
+        return chosen
+
+
 class Boolean(Value):
     _allowed, _metavar = "true, false", "true|false"
     _words: ClassVar[dict[str, bool]] = {

@@ -239,3 +239,37 @@ def test_a_module_without_memory_queries_records_no_use(shell, fake):
     assert shell.run_cell("%%memsnap\na = fa.alloc(10)").success
     (iv,) = session().intervals
     assert iv.usage_start is None and iv.usage_end is None
+
+
+def test_newer_recording_options_pass_where_the_signature_has_them(shell, fake):
+    has_compile = "compile_context" in fake.memory._record_memory_history.__code__.co_varnames
+    res = shell.run_cell("%%memsnap compile_context=true\nran = 1")
+    if has_compile:
+        assert res.success and shell.user_ns["ran"] == 1
+        assert next(c for c in fake.calls if c[0] == "record" and c[1] == "all")[2]["compile_context"] is True
+    else:  # an older torch: said plainly, and the cell does not run
+        with pytest.raises(UsageError, match=r"compile_context=: this torch .* records history without it"):
+            res.raise_error()
+        assert "ran" not in shell.user_ns
+    # neither stand-in signature has skip_actions: refused, naming what the signature takes
+    with pytest.raises(UsageError, match=r"skip_actions=: .*takes .*max_entries"):
+        shell.run_cell("%%memsnap skip_actions=segment_map\npass").raise_error()
+    with pytest.raises(UsageError, match=r"skip_actions=.*one or more of the allowed"):
+        shell.run_cell("%%memsnap skip_actions=alloc\npass").raise_error()
+
+
+def test_skip_actions_passes_as_a_list_where_the_signature_has_it(shell, fake):
+    import inspect
+
+    record = fake.memory._record_memory_history
+
+    def with_skip(enabled="all", skip_actions=None, **kw):
+        fake.calls.append(("skip", skip_actions))
+        return record(enabled, **kw)
+
+    *kept, _ = inspect.signature(record).parameters.values()
+    skip = inspect.Parameter("skip_actions", inspect.Parameter.KEYWORD_ONLY, default=None)
+    with_skip.__signature__ = inspect.Signature([*kept, skip])
+    fake.memory._record_memory_history = with_skip
+    assert shell.run_cell("%%memsnap skip_actions=segment_map,segment_unmap\nx = 1").success
+    assert ("skip", ["segment_map", "segment_unmap"]) in fake.calls

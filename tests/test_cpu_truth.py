@@ -195,3 +195,11 @@ def test_the_process_resident_memory_is_kept_beside_the_trace(tmp_path):
     assert usage_line(iv).startswith("process resident memory at the step's end: ")
     entries = load_snapshot(iv.path)["device_traces"][0]
     assert {e["user_metadata"] for e in entries} == {"memsnap step 2"}
+
+
+def test_accelerator_only_options_are_refused_on_the_cpu(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"compile_context=: only accelerators record that"):
+        shell.run_cell("%%memsnap device=cpu compile_context=true\nran = 1").raise_error()
+    assert "ran" not in shell.user_ns

@@ -102,6 +102,18 @@ class AcceleratorBackend(Backend):
             "stacks": options.stacks,
             "max_entries": options.max_entries,
         }
+        newer = {"compile_context": options.compile_context or None, "skip_actions": options.skip_actions}
+        for key, value in newer.items():
+            if value is None:
+                continue
+            if key not in self._params:
+                import torch
+
+                raise BackendError(
+                    f"{key}=: this torch ({torch.__version__}) records history without it "
+                    f"(its _record_memory_history takes {', '.join(sorted(self._params))}); leave it out"
+                )
+            self._settings[key] = list(value) if isinstance(value, tuple) else value
 
     def _record(self, enabled: str | None, **extra: Any) -> None:
         kwargs = dict(self._settings, **extra) if enabled else {}

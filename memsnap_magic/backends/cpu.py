@@ -158,6 +158,11 @@ class CpuBackend(Backend):
         return cls()
 
     def configure(self, options: Options) -> None:
+        given = [k for k in ("compile_context", "skip_actions") if getattr(options, k)]
+        if given:
+            raise BackendError(
+                f"{'= and '.join(given)}=: only accelerators record that; the CPU route has no such trace"
+            )
         self._max_entries = options.max_entries
         self._stacks = options.context in ("all", "alloc")
         if self._open:  # a clear=false chain goes on with this cell's ring size
