@@ -558,6 +558,9 @@ def section_oom(state: State) -> None:
         "file_bytes": iv.file_bytes,
         "oom_entries": len(oom_entries),
         "oom_entry": {k: v for k, v in oom_entries[0].items() if k != "frames"} if oom_entries else None,
+        # the report read from the file: the request, free bytes, what was allocated (1 MiB `small`)
+        "report": iv.oom,
+        "report_ok": bool(iv.oom) and iv.oom["requested"] == OOM_NUMEL * 4 and iv.oom["allocated"] >= 1 << 22,
         "warnings": notes,
     }
 

@@ -43,6 +43,7 @@ class Summary(Figures):
     events: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=(_EMPTY, _EMPTY, _EMPTY), repr=False)
     trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
     segments: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the snapshot's end state
+    ooms: np.ndarray = field(default_factory=lambda: _EMPTY, repr=False)  # the trace's ``oom`` entries
     requested_sizes: bool = True  # False: an old file whose end state gives only rounded sizes
 
     @cached_property
@@ -90,8 +91,9 @@ def pick_device(snap: dict[str, Any]) -> int:
     return 0
 
 
-def _trace_events(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sign, size, entry index) of the events that change allocated bytes."""
+def _trace_events(trace: list[dict[str, Any]]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """(sign, size, entry index) of the events that change allocated bytes, and the indices of
+    the ``oom`` entries (an allocation the allocator could not serve)."""
     action = column(trace, "action", None, object)  # compared as objects: no per-entry hashing
     alloc = action == "alloc"
     # frees count where they complete; a trace without free_completed, where they are requested
@@ -101,7 +103,7 @@ def _trace_events(trace: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, 
             break
     entry = np.flatnonzero(alloc | freed)
     sign = np.where(alloc[entry], 1, -1).astype(np.int64)
-    return sign, column(trace, "size", 0)[entry], entry
+    return (sign, column(trace, "size", 0)[entry], entry), np.flatnonzero(action == "oom")
 
 
 def _end_bytes(segments: list[dict[str, Any]], device: int) -> tuple[int, np.ndarray, bool]:
@@ -152,7 +154,8 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         device = pick_device(snap)
     traces = snap["device_traces"]
     trace = traces[device] if device < len(traces) else []
-    events = sign, size, _ = _trace_events(trace)
+    events, ooms = _trace_events(trace)
+    sign, size, _ = events
     steps = np.cumsum(sign * size)
     net, low = (int(steps[-1]), int(steps.min())) if len(steps) else (0, 0)
     segments = snap["segments"]
@@ -195,6 +198,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         trace=trace,
         segments=segments,
         requested_sizes=exact,
+        ooms=ooms,
     )
 
 

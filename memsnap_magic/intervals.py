@@ -60,6 +60,10 @@ class Interval(Figures):
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
     usage_start: dict[str, int] | None = None
     usage_end: dict[str, int] | None = None
+    # the last allocation the allocator could not serve (the trace's ``oom`` entry): the request,
+    # the device's free bytes then, what was allocated and alive at that moment (by category,
+    # by site); None when the step ran in memory
+    oom: dict[str, Any] | None = None
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -119,6 +123,7 @@ def interval_from_snapshot(
         usage_end=meta.usage_end,
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         top_blocks=alive_at(summary, top=TOP_BLOCKS),
+        oom=_oom(summary),
         **_category_figures(summary),
         born={b["addr"]: b["size"] for b in born},
         kept_by_site=_by_site(at_end),
@@ -145,6 +150,32 @@ def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
         row[1] += b["size"]
         row[2] += 1
     return sorted(sites.values(), key=lambda row: -row[1])[:SITES]
+
+
+def _oom(summary: Any) -> dict[str, Any] | None:
+    """The report of the trace's last ``oom`` entry, read from the replay up to it."""
+    import numpy as np
+
+    from .alive import alive_at
+    from .categories import totals
+
+    if not len(summary.ooms):
+        return None
+    at = int(summary.ooms[-1])
+    entry = summary.trace[at]
+    index = int(np.searchsorted(summary.events[2], at)) - 1  # the last event replayed before it
+    alive = alive_at(summary, index=index, top=0)
+    return {
+        "requested": _count(entry.get("size")),
+        "device_free": _count(entry.get("device_free")),
+        "allocated": int(summary.allocated[index]) if index >= 0 else summary.baseline_allocated,
+        "by_category": totals([(b["category"], b["size"]) for b in alive]),
+        "sites": _by_site(alive)[:5],
+    }
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and 0 <= value < 1 << 62 else None
 
 
 def _category_figures(summary: Any) -> dict[str, Any]:

@@ -51,6 +51,8 @@ def describe(iv: Interval, replaced: Interval | None = None) -> str:
     parts.append(entries)
     if iv.error:
         parts.append(f"cell raised {iv.error}")
+    if iv.oom is not None:
+        parts.append(f"out of memory asking for {fmt_bytes(iv.oom['requested'])}")
     if iv.incomplete:
         parts.append(f"incomplete: {iv.incomplete}")
     if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
@@ -207,6 +209,23 @@ def compare_runs(label: str, ivs: Sequence[Interval], other_label: str, other: S
         f"{fmt_bytes(mine.peak_allocated)}, {fmt_bytes(change, signed=True)}); kept in total "
         f"{fmt_bytes(kept_base, signed=True)} → {fmt_bytes(kept_mine, signed=True)}"
     )
+
+
+def oom_report(iv: Interval) -> str | None:
+    """What the failed allocation asked for, what the device had free, and what held the memory
+    at that moment (by category where the file says, and the largest sites)."""
+    oom = iv.oom
+    if oom is None:
+        return None
+    total = (iv.usage_end or {}).get("total")
+    free = f"{fmt_bytes(oom['device_free'])} free" + (f" of {fmt_bytes(total)}" if total else "")
+    text = f"out of memory: asked for {fmt_bytes(oom['requested'])} with {free}"
+    text += f"; {fmt_bytes(oom['allocated'])} allocated then"
+    if oom.get("by_category"):
+        text += " (" + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in oom["by_category"].items()) + ")"
+    if oom.get("sites"):
+        text += "; most held by " + ", ".join(f"{site} {fmt_bytes(nbytes)}" for site, nbytes, _ in oom["sites"][:3])
+    return text
 
 
 def usage_line(iv: Interval) -> str | None:

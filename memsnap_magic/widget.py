@@ -28,6 +28,7 @@ from .text import (
     compare_runs,
     headline,
     interval_table,
+    oom_report,
     ranks_figures,
     run_label,
     usage_line,
@@ -307,11 +308,12 @@ class Dashboard:
             self.usage.value = ""
             self._draw_overview()
             return
+        oom = oom_report(iv)
         self.error.value = (
             f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
-            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error)}</b>"
-            f" — the snapshot shows memory up to the failure</div>"
-            if iv.error
+            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error or 'nothing')}</b>"
+            f" — the snapshot shows memory up to the failure" + (f"<br>{html.escape(oom)}" if oom else "") + "</div>"
+            if iv.error or oom
             else ""
         )
         self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
