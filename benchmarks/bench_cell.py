@@ -11,9 +11,15 @@ profiler's one-off start is paid by a warm-up round (row 5 measures it).
 Second row: ``steps=1,10`` over a 10-step loop calling ``mark(step)``, against the same loop
 without the magic: two recorded steps, and the eight between them followed by a memory-only
 profiler session (no tracer) so that step 10 starts where the loop really stands (target <= 1.25x).
+
+Third row: the fixed cost of the magic on a cell that does nothing (``_tiny = 1``), in that same
+shell (the MLP and its optimizer in the namespace, as in a training notebook): milliseconds added
+over the plain cell, the difference of the medians (target <= 2 ms).
 """
 
 from __future__ import annotations
+
+import statistics
 
 from common import (
     MLP_SETUP,
@@ -52,6 +58,13 @@ def run(ctx: Context) -> list[Row]:
                 ctx.repeats,
             )
             entries = session().intervals[-1].trace_entries
+            tiny = interleaved(
+                {
+                    "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
+                    "reference": lambda: run_cell(shell, "_tiny = 1"),
+                },
+                ctx.repeats * 3,
+            )
             loop = marked_loop(LOOP_STEPS)
             gaps = interleaved(
                 {
@@ -74,6 +87,7 @@ def run(ctx: Context) -> list[Row]:
             torch_threads=1,
             trace_entries=entries,
         ),
+        _fixed_cost(tiny),
         ratio_row(
             "steps_gap_overhead",
             f"%%memsnap steps={LISTED} over {LOOP_STEPS} MLP steps (the 8 between followed unrecorded)",
@@ -85,3 +99,19 @@ def run(ctx: Context) -> list[Row]:
             torch_threads=1,
         ),
     ]
+
+
+def _fixed_cost(times: dict[str, list[float]]) -> Row:
+    added = (statistics.median(times["measured"]) - statistics.median(times["reference"])) * 1000
+    ratio = statistics.median(times["measured"]) / statistics.median(times["reference"])
+    return Row(
+        "tiny_cell_fixed_cost",
+        "%%memsnap on a cell that does nothing (_tiny = 1), model and optimizer in the namespace",
+        "the same cell without the magic",
+        added,
+        "ms",
+        "<= 2 ms",
+        added <= 2.0,
+        {"times_s": times, "ratio": ratio, "repeats": len(times["measured"])},
+        note=f"{ratio:.2g}x the plain cell",
+    )

@@ -31,6 +31,7 @@ ROWS = (
     "dashboard_refresh",
     "dashboard_first_render",
     "cell_after_three_shows",
+    "tiny_cell_fixed_cost",
 )
 
 
