@@ -1,11 +1,11 @@
-"""Row 9: the dashboard's in-place refresh after a big cell, and its first render at 500 steps.
+"""Row 9: the dashboard's in-place refresh after a big cell, and its first render and refresh at 1,000 steps.
 
 (a) A session with a few intervals and a ``Dashboard`` on it; then ``session.add`` of an
 interval built from a 200k-entry snapshot, which redraws the overview and the new step's detail
 in place. Timed is the ``add`` alone (the interval is built beforehand, as the recorder builds it
 before adding). Target <= 0.3 s; the figure is absolute seconds, and its ratio to the target.
-(b) ``Dashboard(session)`` construction, first render and the display bundle with 500 intervals;
-target <= 1 s.
+(b) ``Dashboard(session)`` construction, first render and the display bundle with 1,000 intervals;
+target <= 1 s. (b') the refresh of (a) with those 1,000 steps on screen; target <= 0.3 s.
 Both are absolute: the target is a latency a person notices, not a ratio to another tool. Medians
 over repeats; each repeat of (a) adds a new step, like a new cell would.
 (c) What a new step costs after ``%memsnap show`` ran three times / after it ran once: the same
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from memsnap_magic.session_state import Session
 
 NAME = "dashboard"
+STEPS = 1_000  # a long session (the scale issue's size)
 
 
 def _session(n: int) -> Session:
@@ -52,7 +53,7 @@ def run(ctx: Context) -> list[Row]:
         refresh.append(timed(lambda iv=iv: s.add(iv)))
     dash.close()
 
-    many = _session(500)
+    many = _session(STEPS)
     renders = []
     for _ in range(ctx.pick(5, 2)):
         holder: list[Dashboard] = []
@@ -65,8 +66,23 @@ def run(ctx: Context) -> list[Row]:
         holder[0].close()
     a, b = statistics.median(refresh), statistics.median(renders)
     shows = _after_shows(ctx)
+    dash = Dashboard(many)  # a refresh with 1,000 steps on screen (stepped areas, not bars)
+    big_refresh = [timed(lambda n=n: many.add(replace(big, step=10_000 + n))) for n in range(ctx.repeats)]
+    dash.close()
+    c = statistics.median(big_refresh)
     return [
         shows,
+        Row(
+            "dashboard_refresh_many_steps",
+            f"dashboard refresh on add, {entries:,}-entry step, {STEPS:,} steps on screen",
+            "target 0.3 s",
+            c,
+            "s",
+            "<= 0.3 s",
+            c <= 0.3,
+            {"times_s": big_refresh, "entries": entries, "intervals_before": STEPS, "ratio_to_target": c / 0.3},
+            note=f"{c / 0.3:.2g}x target",
+        ),
         Row(
             "dashboard_refresh",
             f"dashboard refresh on add, {entries:,}-entry step",
@@ -80,13 +96,13 @@ def run(ctx: Context) -> list[Row]:
         ),
         Row(
             "dashboard_first_render",
-            "Dashboard() + first render + display bundle, 500 steps",
+            f"Dashboard() + first render + display bundle, {STEPS:,} steps",
             "target 1 s",
             b,
             "s",
             "<= 1 s",
             b <= 1.0,
-            {"times_s": renders, "intervals": 500, "ratio_to_target": b},
+            {"times_s": renders, "intervals": STEPS, "ratio_to_target": b},
             note=f"{b:.2g}x target",
         ),
     ]

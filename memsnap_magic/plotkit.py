@@ -143,8 +143,13 @@ def bars(
     label: str = "",
     width: float = 0.8,
 ) -> PolyCollection:
-    """Vertical bars as one collection: hundreds of steps draw as fast as a few."""
-    x0 = np.asarray(x, dtype=float) - width / 2
+    """Vertical bars as one collection: hundreds of steps draw as fast as a few. Past ``DENSE``
+    consecutive steps, bars would be thinner than the gaps between them and alias into stripes:
+    they become one stepped area per colour, each step still its own flat top."""
+    xs = np.asarray(x, dtype=float)
+    if len(xs) > DENSE and width >= 0.8 and np.all(np.diff(xs) == 1):
+        return _stepped(ax, xs, height, bottom, color=color, label=label)
+    x0 = xs - width / 2
     lo = np.broadcast_to(np.asarray(bottom, dtype=float), x0.shape)
     hi = lo + np.asarray(height, dtype=float)
     verts = np.stack(
@@ -155,6 +160,35 @@ def bars(
     ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
     ax.autoscale_view()
     return bars
+
+
+DENSE = 150  # steps in one panel past which bars are drawn as a stepped area
+
+
+def _stepped(ax: Any, x: np.ndarray, height: Sequence[float], bottom: Any, *, color: Any, label: str) -> PolyCollection:
+    """``bars`` for many consecutive steps: per colour, one polygon along the steps' tops and back
+    along their bottoms (a step of another colour has zero height in it)."""
+    lo = np.broadcast_to(np.asarray(bottom, dtype=float), x.shape)
+    hi = lo + np.asarray(height, dtype=float)
+    colors = [color] * len(x) if isinstance(color, str) else list(color)
+    if len(colors) != len(x):  # one colour for all, given as a list
+        colors = [colors[0]] * len(x)
+    edges = np.repeat(x - 0.5, 2)
+    edges[1::2] += 1.0
+    polygons, faces = [], []
+    for c in dict.fromkeys(map(str, colors)):
+        mine = np.array([str(k) == c for k in colors])
+        top = np.where(mine, hi, lo)
+        outline = np.concatenate(
+            [np.stack([edges, np.repeat(top, 2)], 1), np.stack([edges[::-1], np.repeat(lo, 2)[::-1]], 1)]
+        )
+        polygons.append(outline)
+        faces.append(colors[int(np.flatnonzero(mine)[0])])
+    area = PolyCollection(polygons, facecolors=faces, edgecolors="none", label=label)
+    ax.add_collection(area)
+    ax.update_datalim(np.concatenate([*polygons, [[0, 0]]]))
+    ax.autoscale_view()
+    return area
 
 
 def png(fig: Figure) -> bytes:

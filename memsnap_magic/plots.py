@@ -172,7 +172,7 @@ def overview_figure(
     panel_title(kept_ax, "Kept: end − start")
     kept_ax.margins(y=0.15)
     byte_axis(kept_ax, from_zero=False)
-    step_axis(kept_ax, labels)
+    step_axis(kept_ax, labels, ticks=5)
 
     if (show_interval or view == "categories") and x:
         label = THIS_STEP if show_interval else "_entries"  # the categories' legend is the peak panel's
@@ -184,7 +184,7 @@ def overview_figure(
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     size_ax.grid(axis="y", alpha=0.3)
     size_ax.set_axisbelow(True)
-    step_axis(size_ax, labels)
+    step_axis(size_ax, labels, ticks=5)
     if intervals:
         figure_legend(fig, [peak_ax, kept_ax, size_ax])
     if not intervals:
@@ -279,13 +279,13 @@ def runs_figure(
     panel_title(kept_ax, "Kept: end − start")
     kept_ax.margins(y=0.15)
     byte_axis(kept_ax, from_zero=False)
-    step_axis(kept_ax, labels)
+    step_axis(kept_ax, labels, ticks=5)
     panel_title(size_ax, "Snapshot size (entries)")
     size_ax.set_ylim(bottom=0)
     size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     size_ax.grid(axis="y", alpha=0.3)
     size_ax.set_axisbelow(True)
-    step_axis(size_ax, labels)
+    step_axis(size_ax, labels, ticks=5)
     figure_legend(fig, [peak_ax])
     return fig
 

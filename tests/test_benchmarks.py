@@ -32,6 +32,7 @@ ROWS = (
     "dashboard_first_render",
     "cell_after_three_shows",
     "tiny_cell_fixed_cost",
+    "dashboard_refresh_many_steps",
 )
 
 

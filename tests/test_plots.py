@@ -207,3 +207,29 @@ def test_text_cache_stays_bounded(monkeypatch):
     for _ in range(3):
         pixels(fig)
         assert fig.canvas.text_cache.nbytes <= 20_000
+
+
+def _area(path) -> float:
+    x, y = path.vertices[:, 0], path.vertices[:, 1]
+    return abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1)))) / 2
+
+
+def test_many_steps_draw_as_stepped_areas_holding_every_steps_height():
+    """Past plotkit.DENSE steps, bars would alias into stripes: one stepped polygon per colour,
+    whose area is the sum of the steps' heights (each step one unit wide)."""
+    from memsnap_magic.plotkit import DENSE
+
+    n = DENSE + 50
+    ivs = [interval(s, 10 * MiB, (10 + s % 7) * MiB, (10 + (1 if s % 3 == 0 else -1)) * MiB) for s in range(1, n + 1)]
+    fig = plots.overview_figure(ivs, view="interval")
+    peak_ax, kept_ax, _ = fig.axes
+    (rise,) = [c for c in peak_ax.collections if c.get_label() == plots.THIS_STEP]
+    (path,) = rise.get_paths()
+    assert _area(path) == pytest.approx(sum(iv.peak_increase for iv in ivs))
+    kept = [c for c in kept_ax.collections if c.get_label() == "_kept"]
+    areas = sorted(_area(p) for c in kept for p in c.get_paths())
+    assert len(areas) == 2  # one area above zero (kept), one below (freed)
+    assert areas == pytest.approx(sorted([sum(max(iv.kept, 0) for iv in ivs), sum(-min(iv.kept, 0) for iv in ivs)]))
+    # a few steps keep their bars, one path each
+    few = plots.overview_figure(ivs[:10], view="interval")
+    assert len(next(c for c in few.axes[0].collections if c.get_label() == plots.THIS_STEP).get_paths()) == 10
