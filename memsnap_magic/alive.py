@@ -51,14 +51,23 @@ def kept(summary: Summary) -> list[dict[str, Any]]:
     allocations' addresses, no pairing."""
     sign, _, entry = summary.events
     made = np.unique(addresses(summary.trace, entry[sign > 0]))
-    end_addr, end_size, blocks = summary.end
-    chosen = np.flatnonzero(sorted_contains(made, end_addr))
+    end = summary.end
+    return _end_items(end, np.flatnonzero(sorted_contains(made, end[0])), before=False)
+
+
+def _end_items(
+    end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]], chosen: np.ndarray, before: bool, top: int = 0
+) -> list[dict[str, Any]]:
+    """Items (as ``alive_at``'s) for the end-state blocks ``chosen``, largest first, ``top`` of them."""
+    end_addr, end_size, blocks = end
     chosen = chosen[np.argsort(-end_size[chosen], kind="stable")]
+    if top:
+        chosen = chosen[:top]
     return [
         {
             "size": int(end_size[i]),
             "addr": int(end_addr[i]),
-            "before": False,
+            "before": before,
             "frames": blocks[i].get("frames") or [],
             "category": blocks[i].get("category"),
         }
@@ -101,20 +110,6 @@ def _alive_among(
     # end-state blocks the trace never allocated (or freed and did not allocate again)
     tail = order[last_sorted]
     live_addr = a[last_sorted][sign[tail] > 0]  # ascending
-    end_addr, end_size, blocks = end
-    kept = np.flatnonzero(~sorted_contains(live_addr, end_addr))
-    kept = kept[np.argsort(-end_size[kept], kind="stable")]
-    if top:
-        kept = kept[:top]
-    items += [
-        {
-            "size": int(end_size[i]),
-            "addr": int(end_addr[i]),
-            "before": True,
-            "frames": blocks[i].get("frames") or [],
-            "category": blocks[i].get("category"),
-        }
-        for i in kept.tolist()
-    ]
+    items += _end_items(end, np.flatnonzero(~sorted_contains(live_addr, end[0])), before=True, top=top)
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
     return items

@@ -68,22 +68,25 @@ def _threshold(start: int) -> float:
 
 def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
     """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
-    runs: list[Leak] = []
-    current: list[int] = []
-    for i, iv in enumerate([*intervals, None]):
-        if iv is not None and iv.kept > _threshold(iv.baseline_allocated):
-            current.append(i)
-            continue
-        if current:
-            first = current[0]
-            runs.append(
-                Leak(
-                    steps=tuple(steps[j] for j in current),
-                    kept=tuple(intervals[j].kept for j in current),
-                    since=steps[first - 1] if first > 0 else None,
-                )
-            )
-            current = []
+    leaking = [i for i, iv in enumerate(intervals) if iv.kept > _threshold(iv.baseline_allocated)]
+    return [
+        Leak(
+            steps=tuple(steps[j] for j in run),
+            kept=tuple(intervals[j].kept for j in run),
+            since=steps[run[0] - 1] if run[0] > 0 else None,
+        )
+        for run in _consecutive(leaking)
+    ]
+
+
+def _consecutive(positions: Sequence[int]) -> list[list[int]]:
+    """Ascending positions split into runs of consecutive ones: [1, 2, 4] -> [[1, 2], [4]]."""
+    runs: list[list[int]] = []
+    for i in positions:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
     return runs
 
 
@@ -97,15 +100,11 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         for site, nbytes, _ in iv.kept_by_site:
             if nbytes > limit:
                 held.setdefault(site, {})[i] = nbytes
-    found = []
-    for site, by_step in held.items():
-        run: list[int] = []
-        for i in [*sorted(by_step), None]:
-            if i is not None and (not run or i == run[-1] + 1):
-                run.append(i)
-                continue
-            found.append(SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run)))
-            run = [i] if i is not None else []
+    found = [
+        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run))
+        for site, by_step in held.items()
+        for run in _consecutive(sorted(by_step))
+    ]
     return sorted(found, key=lambda leak: -leak.total)
 
 

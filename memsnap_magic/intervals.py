@@ -104,6 +104,9 @@ def interval_from_snapshot(
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
     at_end = kept(summary)
+    labelled = bool(summary.trace) and "category" in summary.trace[-1]  # labelled files end labelled
+    # every block alive at the peak where the categories need them all; the table's largest else
+    at_peak = alive_at(summary, top=0 if labelled else TOP_BLOCKS)
     born = at_end[:TOP_BLOCKS]  # largest first
     return Interval(
         step=_first(meta.step, named.step, position),
@@ -122,9 +125,9 @@ def interval_from_snapshot(
         usage_start=meta.usage_start,
         usage_end=meta.usage_end,
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
-        top_blocks=alive_at(summary, top=TOP_BLOCKS),
+        top_blocks=at_peak[:TOP_BLOCKS],
         oom=_oom(summary),
-        **_category_figures(summary),
+        **(_category_figures(summary, at_peak) if labelled else {}),
         born={b["addr"]: b["size"] for b in born},
         kept_by_site=_by_site(at_end),
         time_us=summary.times_at(keep),
@@ -178,18 +181,15 @@ def _count(value: Any) -> int | None:
     return value if type(value) is int and 0 <= value < 1 << 62 else None
 
 
-def _category_figures(summary: Any) -> dict[str, Any]:
-    """``by_category`` and ``by_category_at_peak`` of a labelled file; {} for others."""
-    from .alive import alive_at
+def _category_figures(summary: Any, at_peak: list[dict[str, Any]]) -> dict[str, Any]:
+    """``by_category`` and ``by_category_at_peak`` of a labelled file, from its end state and
+    every block alive at its peak."""
     from .categories import totals
 
-    trace = summary.trace
-    if not (trace and "category" in trace[-1]):  # labelled files end with a labelled entry
-        return {}
     _, sizes, blocks = summary.end
     at_end = totals([(b.get("category"), int(s)) for b, s in zip(blocks, sizes.tolist())])
-    at_peak = totals([(b["category"], b["size"]) for b in alive_at(summary, top=0)])
-    return {"by_category": at_end or {}, "by_category_at_peak": at_peak or {}}
+    peak = totals([(b["category"], b["size"]) for b in at_peak])
+    return {"by_category": at_end or {}, "by_category_at_peak": peak or {}}
 
 
 def _first(*values: Any) -> Any:

@@ -167,24 +167,15 @@ def overview_figure(
                     label="_selected",
                 )
             )
-    kept_ax.axhline(0, color="black", linewidth=0.8)
     label_largest(kept_ax, kept, color=KEPT, prefix="+")
-    panel_title(kept_ax, "Kept: end − start")
-    kept_ax.margins(y=0.15)
-    byte_axis(kept_ax, from_zero=False)
-    step_axis(kept_ax, labels, ticks=5)
+    _kept_panel(kept_ax, labels)
 
     if (show_interval or view == "categories") and x:
         label = THIS_STEP if show_interval else "_entries"  # the categories' legend is the peak panel's
         bars(size_ax, x, [iv.trace_entries for iv in intervals], color=RISE, label=label)
     if show_cumul and x:
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL, label=NEVER_CLEARED)
-    panel_title(size_ax, "Snapshot size (entries)")
-    size_ax.set_ylim(bottom=0)
-    size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
-    size_ax.grid(axis="y", alpha=0.3)
-    size_ax.set_axisbelow(True)
-    step_axis(size_ax, labels, ticks=5)
+    _size_panel(size_ax, labels)
     if intervals:
         figure_legend(fig, [peak_ax, kept_ax, size_ax])
     if not intervals:
@@ -199,6 +190,25 @@ def overview_figure(
             color="gray",
         )
     return fig
+
+
+def _kept_panel(ax: Any, labels: Sequence[str]) -> None:
+    """The axes of the "what each step kept" panel (the overview's and the runs')."""
+    ax.axhline(0, color="black", linewidth=0.8)
+    panel_title(ax, "Kept: end − start")
+    ax.margins(y=0.15)
+    byte_axis(ax, from_zero=False)
+    step_axis(ax, labels, ticks=5)
+
+
+def _size_panel(ax: Any, labels: Sequence[str]) -> None:
+    """The axes of the snapshot-size panel: entries counted from 0."""
+    panel_title(ax, "Snapshot size (entries)")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    step_axis(ax, labels, ticks=5)
 
 
 def _category_bars(ax: Any, x: list[int], intervals: Sequence[Any]) -> None:
@@ -275,17 +285,8 @@ def runs_figure(
     peak_ax.margins(y=0.12)
     byte_axis(peak_ax)
     step_axis(peak_ax, labels, ticks=16)
-    kept_ax.axhline(0, color="black", linewidth=0.8)
-    panel_title(kept_ax, "Kept: end − start")
-    kept_ax.margins(y=0.15)
-    byte_axis(kept_ax, from_zero=False)
-    step_axis(kept_ax, labels, ticks=5)
-    panel_title(size_ax, "Snapshot size (entries)")
-    size_ax.set_ylim(bottom=0)
-    size_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
-    size_ax.grid(axis="y", alpha=0.3)
-    size_ax.set_axisbelow(True)
-    step_axis(size_ax, labels, ticks=5)
+    _kept_panel(kept_ax, labels)
+    _size_panel(size_ax, labels)
     figure_legend(fig, [peak_ax])
     return fig
 
