@@ -15,6 +15,11 @@ profiler session (no tracer) so that step 10 starts where the loop really stands
 Third row: the fixed cost of the magic on a cell that does nothing (``_tiny = 1``), in that same
 shell (the MLP and its optimizer in the namespace, as in a training notebook): milliseconds added
 over the plain cell, the difference of the medians (target <= 2 ms).
+
+The file is written in the background, so each row times what the user waits for: every call
+starts once the writes before it are done (untimed), so no plain cell pays for the recorded one
+before it. Each row also times the recorded cell with its write waited for (``with_write``,
+in the note), the magic's whole work.
 """
 
 from __future__ import annotations
@@ -46,7 +51,11 @@ def marked_loop(steps: int) -> str:
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic import session
+    from memsnap_magic import session, wait_for_writes
+
+    def written(code: str) -> None:
+        run_cell(shell, code)
+        wait_for_writes()
 
     shell = make_shell(ctx.work / "cell")
     body = mlp_steps(STEPS)
@@ -54,29 +63,38 @@ def run(ctx: Context) -> list[Row]:
         with torch_threads(1):
             run_cell(shell, MLP_SETUP)
             times = interleaved(
-                {"measured": lambda: run_cell(shell, "%%memsnap\n" + body), "reference": lambda: run_cell(shell, body)},
+                {
+                    "measured": lambda: run_cell(shell, "%%memsnap\n" + body),
+                    "reference": lambda: run_cell(shell, body),
+                    "with_write": lambda: written("%%memsnap\n" + body),
+                },
                 ctx.repeats,
+                settle=wait_for_writes,
             )
             entries = session().intervals[-1].trace_entries
             tiny = interleaved(
                 {
                     "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
                     "reference": lambda: run_cell(shell, "_tiny = 1"),
+                    "with_write": lambda: written("%%memsnap\n_tiny = 1"),
                 },
                 ctx.repeats * 3,
+                settle=wait_for_writes,
             )
             loop = marked_loop(LOOP_STEPS)
             gaps = interleaved(
                 {
                     "measured": lambda: run_cell(shell, f"%%memsnap steps={LISTED}\n" + loop),
                     "reference": lambda: run_cell(shell, loop),  # mark() outside a steps= cell does nothing
+                    "with_write": lambda: written(f"%%memsnap steps={LISTED}\n" + loop),
                 },
                 ctx.repeats,
+                settle=wait_for_writes,
             )
     finally:
         close_shell(shell)
         session().reset()
-    return [
+    rows = [
         ratio_row(
             "cell_overhead",
             f"%%memsnap cell, CPU, {STEPS} MLP steps",
@@ -99,10 +117,16 @@ def run(ctx: Context) -> list[Row]:
             torch_threads=1,
         ),
     ]
+    for row, t in zip((rows[0], rows[2]), (times, gaps)):
+        whole = statistics.median(t["with_write"]) / statistics.median(t["reference"])
+        row.details["with_write_ratio"] = whole
+        row.note = f"{whole:.3g}x with the write waited for"
+    return rows
 
 
 def _fixed_cost(times: dict[str, list[float]]) -> Row:
     added = (statistics.median(times["measured"]) - statistics.median(times["reference"])) * 1000
+    whole = (statistics.median(times["with_write"]) - statistics.median(times["reference"])) * 1000
     ratio = statistics.median(times["measured"]) / statistics.median(times["reference"])
     return Row(
         "tiny_cell_fixed_cost",
@@ -112,6 +136,6 @@ def _fixed_cost(times: dict[str, list[float]]) -> Row:
         "ms",
         "<= 2 ms",
         added <= 2.0,
-        {"times_s": times, "ratio": ratio, "repeats": len(times["measured"])},
-        note=f"{ratio:.2g}x the plain cell",
+        {"times_s": times, "ratio": ratio, "repeats": len(times["measured"]), "with_write_ms": whole},
+        note=f"{ratio:.2g}x the plain cell; +{whole:.1f} ms with the write waited for",
     )

@@ -9,12 +9,20 @@ times; that the session does not keep it is checked (its reference count is unch
 end). RSS is read from ``/proc/self/statm`` (tracemalloc would be too slow). One warm-up
 interval is built before the first reading so numpy's and the allocator's first-use growth is
 not counted. Quick mode: 20 steps of a 50k-entry snapshot.
+
+``session_memory_steps``: a session must stay flat in its number of steps. Sessions of 50 and
+of 1,000 steps are built the way a warm ``%memsnap load`` builds them, each interval decoded from
+its own summary (one of the 200k-entry snapshot's, so no two share a list or an array), and the
+bytes each holds are measured with ``tracemalloc``: bytes per step at 1,000 over bytes per step
+at 50, target <= 1.1x. Quick mode: 20 and 200 steps.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
+import tracemalloc
 
 from common import Context, MiB, Row, drop_cached, interval_from, make_snapshot, rss_bytes
 
@@ -39,6 +47,44 @@ def run(ctx: Context) -> list[Row]:
     gc.collect()
     growth = rss_bytes() - start
     kept = (sys.getrefcount(snap), sys.getrefcount(snap["device_traces"][0])) != refs
+    return [_steps_row(ctx, snap, entries), *_growth_row(steps, entries, growth, snapshot_bytes, kept)]
+
+
+def _steps_row(ctx: Context, snap: dict, entries: int) -> Row:
+    from memsnap_magic import summaries
+    from memsnap_magic.intervals import digest, interval_from_digest
+    from memsnap_magic.session_state import Session
+
+    d = digest(snap)
+    st = os.stat(__file__)
+    obj = summaries.encode(d, st)
+    sizes = ctx.pick((50, 1000), (20, 200))
+    per_step = {}
+    for n in sizes:
+        gc.collect()
+        tracemalloc.start()
+        s = Session()
+        for step in range(1, n + 1):
+            s.add(interval_from_digest(summaries.decode(obj, st), position=step))
+        gc.collect()
+        per_step[n] = tracemalloc.get_traced_memory()[0] / n
+        tracemalloc.stop()
+        del s
+    value = per_step[sizes[1]] / per_step[sizes[0]]
+    return Row(
+        "session_memory_steps",
+        f"bytes per step of a session of {sizes[1]:,} steps",
+        f"bytes per step of a session of {sizes[0]} steps (each from a {entries:,}-entry snapshot's summary)",
+        value,
+        "x",
+        "<= 1.1x",
+        value <= 1.1,
+        {"bytes_per_step": {str(n): round(b) for n, b in per_step.items()}},
+        note=", ".join(f"{n:,} steps: {b / 1024:.0f} KiB each" for n, b in per_step.items()),
+    )
+
+
+def _growth_row(steps: int, entries: int, growth: int, snapshot_bytes: int, kept: bool) -> list[Row]:
     mb = growth / MiB
     return [
         Row(

@@ -95,14 +95,19 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Times of each function over ``repeats`` rounds, called in turn (A B A B ...)."""
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, settle: Callable[[], Any] | None = None
+) -> dict[str, list[float]]:
+    """Times of each function over ``repeats`` rounds, called in turn (A B A B ...); ``settle``
+    runs untimed before each call (``wait_for_writes``: no call pays for the one before it)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
+            if settle is not None:
+                settle()
             times[k].append(timed(fn))
     return times
 

@@ -35,7 +35,9 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    stacks=python`` (``overhead_ratio``; the body alone: ``body_overhead_ratio``), and the magic's
    latency after the cell body vs a bare ``_snapshot()`` + ``pickle.dump(protocol=4)``
    (``added_latency_ratio``), plus a cProfile of one recorded cell; ``large_trace``: the same
-   latency ratio for a cell of ~200k trace entries.
+   latency ratio for a cell of ~200k trace entries (the file is written in the background:
+   target <= 0.75x), and the plain cell after each (``median_next_cell_s``), which starts by
+   waiting for that write.
 7. ``views``: ``%memsnap list`` and ``%memsnap show`` over this run's intervals.
 8. ``async_allocator``: in a subprocess under ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``,
    the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
@@ -293,8 +295,10 @@ def current_route(plan: Plan) -> str:
 
 
 def interval_for(step: int, tag: str = "torch_memory") -> Any:
-    from memsnap_magic import session
+    """The newest interval of ``step``, its file on disk (files are written in the background)."""
+    from memsnap_magic import session, wait_for_writes
 
+    wait_for_writes()
     found = [iv for iv in session().intervals if iv.step == step and iv.tag == tag]
     if not found:
         raise RuntimeError(f"no interval recorded for step {step} tag {tag}")
@@ -302,6 +306,9 @@ def interval_for(step: int, tag: str = "torch_memory") -> Any:
 
 
 def abs_path(path: Any) -> Path:
+    from memsnap_magic import wait_for_writes
+
+    wait_for_writes()  # the file is read next
     p = Path(path)
     return p if p.is_absolute() else Path.cwd() / p
 
@@ -616,7 +623,7 @@ def section_categories(state: State) -> None:
     ``unknown`` category in every file (it throws otherwise)."""
     import torch
 
-    from memsnap_magic import Recorder
+    from memsnap_magic import Recorder, wait_for_writes
     from memsnap_magic.backends.registry import trace_index
     from memsnap_magic.session_state import Session
     from memsnap_magic.snapshot import load_snapshot
@@ -649,6 +656,7 @@ def section_categories(state: State) -> None:
                     opt.zero_grad()
                 if device != "cpu":
                     torch.cuda.synchronize()
+        wait_for_writes()
         for iv in session.intervals:
             peak, end = iv.by_category_at_peak or {}, iv.by_category or {}
             snap = load_snapshot(iv.path)
@@ -1029,11 +1037,15 @@ def section_large_trace(state: State) -> None:
     )
     recorded = cells["recorded"]
     after: dict[str, list[float]] = {k: [] for k in cells}
+    # the plain cell right after each: it starts by waiting for the magic's background write
+    following: dict[str, list[float]] = {k: [] for k in cells}
     for r in range(plan.large_repeats):
         for name in ("recorded", "bare") if r % 2 == 0 else ("bare", "recorded"):
             after[name].append(timed_cell(state, cells[name]())[1])
-    from memsnap_magic import session
+            following[name].append(timed_cell(state, "_t_body_end = time.perf_counter()\n")[0])
+    from memsnap_magic import session, wait_for_writes
 
+    wait_for_writes()
     iv = session().intervals[-1]
     med = {k: statistics.median(v) for k, v in after.items()}
     summarize_ratio = summarize_vs_load(abs_path(iv.path), plan.large_repeats)
@@ -1046,6 +1058,8 @@ def section_large_trace(state: State) -> None:
         "median_after_body_s": med,
         "after_body_s": after,
         "added_latency_ratio": med["recorded"] / med["bare"],
+        "next_cell_s": following,
+        "median_next_cell_s": {k: statistics.median(v) for k, v in following.items()},
         "summarize_vs_pickle_load": summarize_ratio,
         "profile_after_body": profile_recorded_cell(state, recorded()),
     }

@@ -44,6 +44,8 @@ BENCHMARKS = (
     "session_memory",
     "snapshot_size",
     "dashboard",
+    "scan",
+    "write",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

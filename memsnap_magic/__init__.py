@@ -25,6 +25,7 @@ __all__ = [
     "session",
     "summarize",
     "unload_ipython_extension",
+    "wait_for_writes",
 ]
 
 _LAZY = {
@@ -36,6 +37,7 @@ _LAZY = {
     "summarize": "analysis",
     "Summary": "analysis",
     "session": "state",
+    "wait_for_writes": "state",
     "Session": "session_state",
     "Interval": "intervals",
     "Options": "options",
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from .recorder import Recorder, mark
     from .session_state import Session
     from .snapshot import SnapshotError, dump_snapshot, load_snapshot
-    from .state import session
+    from .state import session, wait_for_writes
     from .widget import Dashboard, dashboard
 
 
@@ -72,9 +74,19 @@ def load_ipython_extension(ipython: Any) -> None:
 
     ipython.register_magics(MemsnapMagics)
     ipython.user_ns.setdefault("mark", mark)
+    if _before_cell not in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.register("pre_run_cell", _before_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", None)
     if cleanup is not None and not any(isinstance(t, SyntaxCheck) for t in cleanup):
         cleanup.append(SyntaxCheck(ipython))
+
+
+def _before_cell(info: Any = None) -> None:
+    """Every cell starts once our background writes are done: it never races one for a file,
+    nor shares the interpreter with one."""
+    from .state import wait_for_writes
+
+    wait_for_writes()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -84,6 +96,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     from .state import STATE
 
     STATE.stop_all()
+    _before_cell()
+    if _before_cell in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.unregister("pre_run_cell", _before_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", [])
     cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
     if ipython.user_ns.get("mark") is mark:

@@ -4,4 +4,5 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # worker processes of a folder scan import this module again
+    sys.exit(main())

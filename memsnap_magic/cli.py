@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memsnap: {message} (see memsnap --help)\n")
 
 
-def _session(paths: Sequence[str]) -> Any:
+def _session(paths: Sequence[str], jobs: int | None = None) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
     from .intervals import in_step_order, read_run
@@ -64,7 +64,7 @@ def _session(paths: Sequence[str]) -> Any:
     for given in paths:
         named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
         run, path = (named.group(1), named.group(2)) if named and not Path(given).exists() else (None, given)
-        loaded += read_run([path], run, progress=sys.stderr.isatty())
+        loaded += read_run([path], run, progress=sys.stderr.isatty(), jobs=jobs)
     s = Session()
     for iv in in_step_order(loaded):
         s.add(iv)
@@ -88,7 +88,7 @@ def _leak_sites(s: Any) -> dict[int, list[Any]]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
-    s = _session(args.paths)
+    s = _session(args.paths, args.jobs)
     flagged = _leak_sites(s)
     if args.json:
         records = []
@@ -112,7 +112,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from .plots import overview_figure, png, ranks_figure, runs_figure
 
-    s = _session(args.paths)
+    s = _session(args.paths, args.jobs)
     runs = s.runs
     several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
     if len(runs) > 1:
@@ -171,6 +171,26 @@ def _count(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _add_paths(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="processes reading snapshots that have no summary yet (default: the cores; "
+        "under 32 MiB in all, this process alone)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="memsnap",
@@ -186,11 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         "Folders are searched recursively; step and rank come from "
         "verl's step<N>/..._rank<R>_... layout.",
     )
-    p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
+    _add_paths(p)
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(run=cmd_summarize)
     p = sub.add_parser("plot", help="the dashboard's overview as a PNG")
-    p.add_argument("paths", nargs="+", help="snapshot files or folders; NAME=PATH names their run")
+    _add_paths(p)
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
     p.add_argument("--view", choices=("interval", "cumulative", "both", "categories"), default="both")
     p.set_defaults(run=cmd_plot)

@@ -82,6 +82,102 @@ class Interval(Figures):
         return rec
 
 
+# What a digest holds besides its ``meta``: an Interval's fields as its snapshot gives them
+CONTENT = (
+    "device",
+    "baseline_allocated",
+    "peak_allocated",
+    "end_allocated",
+    "trace_entries",
+    "top_blocks",
+    "born",
+    "kept_by_site",
+    "by_category",
+    "by_category_at_peak",
+    "oom",
+    "time_us",
+    "allocated",
+)
+
+
+def digest(snap: dict[str, Any]) -> dict[str, Any]:
+    """What an interval keeps of a snapshot, before a path or a session names it: its ``meta``
+    (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
+    file read again is never unpickled again."""
+    from .alive import alive_at, kept
+    from .analysis import decimate_index, pick_device, summarize
+
+    meta = Meta.from_snapshot(snap)
+    index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
+    summary = summarize(snap, index)
+    keep = decimate_index(summary.allocated)
+    at_end = kept(summary)
+    labelled = bool(summary.trace) and "category" in summary.trace[-1]  # labelled files end labelled
+    # every block alive at the peak where the categories need them all; the table's largest else
+    at_peak = alive_at(summary, top=0 if labelled else TOP_BLOCKS)
+    return {
+        "meta": meta,
+        "device": meta.device if meta.device is not None else f"device:{index}",
+        **summary.figures(),
+        "top_blocks": [_plain(b) for b in at_peak[:TOP_BLOCKS]],
+        "born": {b["addr"]: b["size"] for b in at_end[:TOP_BLOCKS]},  # largest first
+        "kept_by_site": _by_site(at_end),
+        "oom": _oom(summary),
+        **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
+        "time_us": summary.times_at(keep),
+        "allocated": summary.allocated[keep],
+    }
+
+
+def _plain(block: dict[str, Any]) -> dict[str, Any]:
+    """An item of ``alive_at`` as plain values: its frames as ``plain_frames``, a category only
+    where the file gave a name."""
+    from .readable import plain_frames
+
+    category = block.get("category")
+    return {
+        "size": block["size"],
+        "addr": block["addr"],
+        "before": block["before"],
+        "frames": plain_frames(block.get("frames")),
+        "category": category if type(category) is str else None,
+    }
+
+
+def interval_from_digest(
+    d: dict[str, Any],
+    path: Path | None = None,
+    *,
+    position: int = 1,
+    file_bytes: int | None = None,
+    run: str | None = None,
+) -> Interval:
+    """The Interval of a snapshot's ``digest``. Step, rank and tag come from the snapshot's
+    ``memsnap`` block, else from ``path`` (verl's layout), else ``position`` is the step. The run
+    is ``run`` if given, else the one the file was recorded into, else the folder holding its
+    step folder: a file read back never joins the session's own run (which holds what this
+    kernel recorded)."""
+    meta: Meta = d["meta"]
+    named = parse_path(path) if path is not None else PathInfo()
+    return Interval(
+        step=_first(meta.step, named.step, position),
+        rank=_first(meta.rank, named.rank, 0),
+        path=path,
+        error=meta.error,
+        allocator_peak_allocated=meta.allocator_peak_allocated,
+        clear=meta.clear,
+        tag=_first(meta.tag, named.tag, DEFAULTS.tag),
+        file_bytes=file_bytes,
+        overflowed=meta.max_entries is not None and d["trace_entries"] >= meta.max_entries,
+        context=_first(meta.context, DEFAULTS.context),
+        incomplete=meta.incomplete,
+        usage_start=meta.usage_start,
+        usage_end=meta.usage_end,
+        run=_first(run, meta.run, folder_run(path) if path is not None else ""),
+        **{key: d[key] for key in CONTENT},
+    )
+
+
 def interval_from_snapshot(
     snap: dict[str, Any],
     path: Path | None = None,
@@ -91,48 +187,8 @@ def interval_from_snapshot(
     run: str | None = None,
 ) -> Interval:
     """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
-    its peak. Step, rank, device and tag come from the snapshot's ``memsnap`` block, else from
-    ``path`` (verl's layout), else ``position`` is the step. The run is ``run`` if given, else
-    the one the file was recorded into, else the folder holding its step folder: a file read
-    back never joins the session's own run (which holds what this kernel recorded)."""
-    from .alive import alive_at, kept
-    from .analysis import decimate_index, pick_device, summarize
-
-    meta = Meta.from_snapshot(snap)
-    named = parse_path(path) if path is not None else PathInfo()
-    index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
-    summary = summarize(snap, index)
-    keep = decimate_index(summary.allocated)
-    at_end = kept(summary)
-    labelled = bool(summary.trace) and "category" in summary.trace[-1]  # labelled files end labelled
-    # every block alive at the peak where the categories need them all; the table's largest else
-    at_peak = alive_at(summary, top=0 if labelled else TOP_BLOCKS)
-    born = at_end[:TOP_BLOCKS]  # largest first
-    return Interval(
-        step=_first(meta.step, named.step, position),
-        rank=_first(meta.rank, named.rank, 0),
-        device=meta.device if meta.device is not None else f"device:{index}",
-        path=path,
-        **summary.figures(),
-        error=meta.error,
-        allocator_peak_allocated=meta.allocator_peak_allocated,
-        clear=meta.clear,
-        tag=_first(meta.tag, named.tag, DEFAULTS.tag),
-        file_bytes=file_bytes,
-        overflowed=meta.max_entries is not None and summary.trace_entries >= meta.max_entries,
-        context=_first(meta.context, DEFAULTS.context),
-        incomplete=meta.incomplete,
-        usage_start=meta.usage_start,
-        usage_end=meta.usage_end,
-        run=_first(run, meta.run, folder_run(path) if path is not None else ""),
-        top_blocks=at_peak[:TOP_BLOCKS],
-        oom=_oom(summary),
-        **(_category_figures(summary, at_peak) if labelled else {}),
-        born={b["addr"]: b["size"] for b in born},
-        kept_by_site=_by_site(at_end),
-        time_us=summary.times_at(keep),
-        allocated=summary.allocated[keep],
-    )
+    its peak (``digest``, named as ``interval_from_digest`` says)."""
+    return interval_from_digest(digest(snap), path, position=position, file_bytes=file_bytes, run=run)
 
 
 SITES = 20  # sites kept per interval
@@ -198,9 +254,13 @@ def _first(*values: Any) -> Any:
 
 def read_interval(path: Path, position: int) -> Interval:
     """One file as an interval; ``position`` (1-based) is the step when nothing names one."""
+    return read_intervals([path], position=position)[0]
+
+
+def digest_file(path: Path) -> dict[str, Any]:
     snap = load_snapshot(path)
     try:
-        return interval_from_snapshot(snap, path, position=position, file_bytes=path.stat().st_size)
+        return digest(snap)
     except SnapshotError as e:  # its memsnap block
         raise SnapshotError(f"{path}: {e}") from None
     except UNREADABLE as e:
@@ -215,22 +275,105 @@ def unreadable(path: Path | str, e: BaseException) -> SnapshotError:
     return SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}")
 
 
-def read_intervals(paths: Iterable[str | os.PathLike[str]], progress: bool = False) -> Iterator[Interval]:
-    """Files and folders (searched recursively) as intervals, with a progress bar if asked."""
+PARALLEL_BYTES = 32 << 20  # snapshots to read, in all, before worker processes pay for their start
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def read_intervals(
+    paths: Iterable[str | os.PathLike[str]], progress: bool = False, jobs: int | None = None, position: int = 1
+) -> list[Interval]:
+    """Files and folders (searched recursively) as intervals, with a progress bar if asked; the
+    n-th file's step is ``position + n`` when nothing names one.
+
+    A file's summary (beside it or cached, see ``summaries``) stands in for it while it is the
+    same file; the others are read, by ``jobs`` worker processes (default: the cores) where
+    they add up to ``PARALLEL_BYTES`` or more, and their summaries cached. The first bad file
+    in order raises, whichever process read it. Files this process is still writing are waited
+    for first."""
+    from . import summaries
+    from .state import wait_for_writes
+
+    wait_for_writes()
     files = find_snapshots(paths)
+    stats = [_stat(p) for p in files]
+    digests = [summaries.read(p, st) for p, st in zip(files, stats)]
+    todo = [n for n, d in enumerate(digests) if d is None]
+    jobs = min(default_jobs() if jobs is None else max(jobs, 1), len(todo))
+    if jobs > 1 and sum(stats[n].st_size for n in todo) < PARALLEL_BYTES:
+        jobs = 1
     bar = None
-    if progress and len(files) > 1:
+    if progress and len(todo) > 1:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(files), unit="file", desc="memsnap: reading", leave=False)
+        bar = tqdm(total=len(todo), unit="file", desc="memsnap: reading", leave=False)
     try:
-        for n, path in enumerate(files, start=1):
-            yield read_interval(path, n)
-            if bar is not None:
-                bar.update()
+        for n, found in _digests([files[n] for n in todo], jobs, bar):
+            n = todo[n]
+            if isinstance(found, SnapshotError):
+                raise found
+            digests[n] = found
+            summaries.store(files[n], stats[n], found)
     finally:
         if bar is not None:
             bar.close()
+    return [
+        interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
+        for n, (p, st, d) in enumerate(zip(files, stats, digests))
+    ]
+
+
+def _stat(path: Path) -> os.stat_result:
+    """Taken before the file is read: one replaced meanwhile leaves a summary that matches neither."""
+    try:
+        return path.stat()
+    except OSError as e:
+        raise SnapshotError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict[str, Any] | SnapshotError]]:
+    """(index, digest or the file's SnapshotError) of each file, in order: read here, or by
+    ``jobs`` processes that each hold one snapshot at a time."""
+    if jobs <= 1:
+        for n, path in enumerate(files):
+            yield n, digest_file(path)
+            if bar is not None:
+                bar.update()
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    done: dict[int, dict[str, Any] | SnapshotError] = {}
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+        futures = {pool.submit(_digest_or_error, path): n for n, path in enumerate(files)}
+        try:
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                if bar is not None:
+                    bar.update()
+        except BrokenProcessPool:
+            lost = [str(files[n]) for f, n in futures.items() if n not in done]
+            raise SnapshotError(
+                f"a process reading {lost[0]}{' or another' if len(lost) > 1 else ''} died (out of memory?); "
+                "jobs=1 reads one file at a time"
+            ) from None
+    yield from sorted(done.items())
+
+
+def _digest_or_error(path: Path) -> dict[str, Any] | SnapshotError:
+    """A worker's job: the file's digest, or its error returned, so the parent raises the first."""
+    try:
+        return digest_file(path)
+    except SnapshotError as e:
+        return e
 
 
 def in_step_order(intervals: Iterable[Interval]) -> list[Interval]:
@@ -243,14 +386,14 @@ def in_step_order(intervals: Iterable[Interval]) -> list[Interval]:
 
 
 def read_run(
-    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False
+    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int | None = None
 ) -> list[Interval]:
     """Every file under ``paths`` as intervals, each in its own run (see ``interval_from_snapshot``),
     or all in the run ``name``: then they must hold one run, so naming never merges two.
 
     In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
     the cumulative figures are what a never-cleared recording would have shown step by step."""
-    loaded = in_step_order(read_intervals(paths, progress=progress))
+    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs))
     if name is not None:
         runs = sorted({iv.run for iv in loaded})
         if len(runs) > 1:

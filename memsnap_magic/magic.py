@@ -96,6 +96,9 @@ class MemsnapMagics(Magics):
         return True
 
     def _line(self, line: str) -> None:
+        from .state import wait_for_writes
+
+        wait_for_writes()  # what the commands read (files, the session's paths) is on disk first
         name, _, rest = line.strip().partition(" ")
         command = COMMANDS.get(name)
         if command is None:

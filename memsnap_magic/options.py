@@ -110,6 +110,13 @@ class Options:
         "segments map and unmap often); allocations and frees always stay, the figures need them.",
         "skip_actions=segment_map,segment_unmap",
     )
+    wait: bool = _option(
+        False,
+        Boolean(),
+        "true: the snapshot file is written before the cell (or Recorder block) returns. Default: "
+        "written in the background; the next cell, %memsnap commands and exit wait for it.",
+        "wait=true",
+    )
     clear: bool = _option(
         True,
         Boolean(),

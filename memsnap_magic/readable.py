@@ -76,6 +76,20 @@ def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
     return [clean(f"{_field(f, 'name')} ({_where(f)}:{_line(f)})") for f in ordered[:limit]]
 
 
+def plain_frames(frames: Any) -> list[dict[str, Any]]:
+    """The frames ``frame_lines`` reads, as plain ``filename``/``line``/``name`` dicts of str and
+    int ("?" and 0 where a file gave something else): what a summary file keeps of a stack, so a
+    summary read back shows exactly the lines its snapshot did."""
+    frames = [f for f in frames if type(f) is dict] if type(frames) is list else []
+    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
+    plain = []
+    for f in frames[:outer]:
+        line = _line(f)
+        name, filename = _field(f, "name"), _field(f, "filename")
+        plain.append({"filename": filename, "line": line if type(line) is int else 0, "name": name})
+    return plain
+
+
 def site(block: dict[str, Any]) -> str:
     """Where a block was allocated: its first readable frame, or why it has none."""
     lines = frame_lines(block.get("frames") or [], limit=1)

@@ -263,9 +263,9 @@ class Recorder:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
         from .backends.registry import trace_index
-        from .intervals import interval_from_snapshot
+        from .intervals import digest, interval_from_digest
         from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
-        from .snapshot import dump_snapshot
+        from .writer import WRITER
 
         backend, o = self._backend, self.options
         assert backend is not None
@@ -310,33 +310,35 @@ class Recorder:
             usage_end=usage,
         )
         snap[META_KEY] = meta.to_dict()
-        path: Path | None = snapshot_path(o.out, step, o.tag, self._rank, o.run)
-        file_bytes = None
+        path: Path = snapshot_path(o.out, step, o.tag, self._rank, o.run)
         try:
-            dump_snapshot(snap, path)
-            file_bytes = path.stat().st_size
-        except Exception as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-            warn(
-                f"memsnap: could not write {path}: {reason}; the interval is kept in memory only",
-                stacklevel=3,
-            )
-            path = None
+            d = self._quietly(digest, snap)
         finally:
             self._quietly(backend.end, keep=keep)
-        iv = self._quietly(interval_from_snapshot, snap, path, file_bytes=file_bytes, run=o.run or "")
-        if iv is None:
-            return
-        before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
-        if before is not None:
-            iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
-        if cleared:
-            STATE.last_end[backend.device] = (step, iv.end_allocated)
-        previous = self.session.previous(iv)
-        self.session.add(iv)
-        self.intervals.append(iv)
-        if self.report is not None:
-            self._quietly(self.report, iv, previous)
+        iv = self._quietly(interval_from_digest, d, path, run=o.run or "") if d is not None else None
+        if o.wait or iv is None:
+            self._write_now(snap, path, d, iv)
+        if iv is not None:
+            before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
+            if before is not None:
+                iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
+            if cleared:
+                STATE.last_end[backend.device] = (step, iv.end_allocated)
+            previous = self.session.previous(iv)
+            self.session.add(iv)
+            self.intervals.append(iv)
+            if self.report is not None:
+                self._quietly(self.report, iv, previous)
+        if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
+            WRITER.submit(snap, path, d, iv)
+
+    @staticmethod
+    def _write_now(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, iv: Interval | None) -> None:
+        from .writer import write
+
+        message = write(snap, path, d, iv)
+        if message is not None:
+            warn(message, stacklevel=4)
 
 
 Recorder.__doc__ = (Recorder.__doc__ or "") + "\n" + opts.help_text(indent=4)

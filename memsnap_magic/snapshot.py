@@ -1,6 +1,8 @@
 """Snapshot files: safe loading, atomic writing.
 
-Snapshots are plain dicts of builtins (PyTorch's ``_snapshot()`` schema). Files may come from
+Snapshots are plain dicts of builtins (PyTorch's ``_snapshot()`` schema), without reference
+cycles, so the cyclic garbage collector is paused while one is unpickled: its passes over the
+millions of new containers were most of ``pickle.load``'s time and could free nothing. Files may come from
 other people's runs, so loading refuses every pickle global (nothing in a file can run code),
 refuses what is not a regular file or is larger than a limit before reading it, and checks the
 schema (``schema``) in time bounded by the file's size. Only ``SnapshotError`` leaves
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import pickle
 import stat
@@ -62,7 +65,11 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     """Read a snapshot without executing anything from it; ``SnapshotError`` names what is wrong.
 
     ``max_bytes``: refuse larger files before reading them (default ``max_file_bytes()``).
+    A file this process is still writing in the background is read once written.
     """
+    from .state import wait_for_writes
+
+    wait_for_writes()
     path = Path(path)
     limit = max_file_bytes() if max_bytes is None else max_bytes
     try:
@@ -90,12 +97,17 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
                 f"{path}: {st.st_size:,} bytes, over the {limit:,}-byte limit (raise it with "
                 "$MEMSNAP_MAX_FILE_BYTES or load_snapshot(..., max_bytes=))"
             )
+        collecting = gc.isenabled()
+        gc.disable()  # a snapshot is a tree: the collector's passes over it find nothing to free
         try:
             snap = _NoGlobals(f).load()
         except pickle.UnpicklingError as e:
             raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
         except Exception as e:  # truncated, corrupt, deeply nested, too large for memory...
             raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {_one_line(e)})") from None
+        finally:
+            if collecting:
+                gc.enable()
     try:
         validate(snap, budget=max(st.st_size * ENTRIES_PER_BYTE, 1 << 16))
     except SnapshotError as e:

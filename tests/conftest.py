@@ -23,6 +23,14 @@ def shell(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def summary_cache(tmp_path_factory, monkeypatch):
+    """Each test caches summaries of foreign files in a folder of its own, never in ~/.cache."""
+    folder = tmp_path_factory.mktemp("summary-cache")
+    monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
 def fresh_state():
     """Each test starts with an empty session and no recording left on, and leaves none."""
     from memsnap_magic.state import STATE

@@ -12,6 +12,7 @@ import types
 import pytest
 from IPython.core.error import UsageError
 
+import memsnap_magic
 from memsnap_magic import backends, session
 from memsnap_magic.backends import BackendError
 from memsnap_magic.backends.accelerator import AcceleratorBackend
@@ -141,8 +142,9 @@ def test_each_step_holds_only_its_own_entries(shell, fake):
     shell.run_cell("%%memsnap step=2\nc = fa.alloc(30)\nfa.free(a)")
     _, two = session().intervals
     assert (two.baseline_allocated, two.peak_allocated, two.end_allocated) == (107, 137, 37)
-    from memsnap_magic import load_snapshot
+    from memsnap_magic import load_snapshot, wait_for_writes
 
+    wait_for_writes()
     sizes = [e["size"] for e in load_snapshot(two.path)["device_traces"][0] if e["action"] == "alloc"]
     assert sizes == [30]
 
@@ -151,8 +153,9 @@ def test_steps_mark_clears_while_recording(shell, fake):
     assert shell.run_cell(
         "%%memsnap steps=2,3\nkeep = []\nfor s in range(1, 5):\n    mark(s)\n    keep.append(fa.alloc(s * 10))"
     ).success
-    from memsnap_magic import load_snapshot
+    from memsnap_magic import load_snapshot, wait_for_writes
 
+    wait_for_writes()
     got = {iv.step: [e["size"] for e in load_snapshot(iv.path)["device_traces"][0]] for iv in session().intervals}
     assert got == {2: [20], 3: [30]}
     assert fake.enabled is None
@@ -231,6 +234,7 @@ def test_device_use_beside_the_trace_and_a_step_mark_on_every_entry(shell, fake)
         "device at the step's end: 4.0 GiB in use of 80.0 GiB · PyTorch reserved 2.0 GiB, "
         "allocated 1.0 GiB · 2.0 GiB in use outside PyTorch's allocator"
     )
+    memsnap_magic.wait_for_writes()
     entries = load_snapshot(iv.path)["device_traces"][0]
     assert entries and {e["user_metadata"] for e in entries} == {"memsnap step 4 (run after)"}
 

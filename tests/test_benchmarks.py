@@ -16,6 +16,8 @@ ROWS = (
     "summarize_vs_pickle_load",
     "summarize_real_vs_pickle_load",
     "load_snapshot_vs_pickle_load",
+    "load_snapshot_real_vs_pickle_load",
+    "load_snapshot_peak_rss",
     "summarize_scale",
     "cell_overhead",
     "steps_gap_overhead",
@@ -33,6 +35,10 @@ ROWS = (
     "cell_after_three_shows",
     "tiny_cell_fixed_cost",
     "dashboard_refresh_many_steps",
+    "session_memory_steps",
+    "warm_scan",
+    "cold_scan_jobs",
+    "background_write",
 )
 
 

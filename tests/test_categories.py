@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memory_viz import colours, legend, replay
 
-from memsnap_magic import Recorder, session
+from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.categories import label, totals
 from memsnap_magic.roles import Roles
 from memsnap_magic.snapshot import load_snapshot
@@ -46,6 +46,7 @@ def test_an_mlp_with_adamw_has_exact_parameter_gradient_and_optimizer_bytes(tmp_
         grads_at_end = P if order == "zero_grad first" else 0  # zero_grad(set_to_none) ended the step
         assert (end["parameter"], end.get("gradient", 0), end["optimizer_state"]) == (P, grads_at_end, state)
         assert end.get("activation", 0) == 0  # nothing of the step's own outlives it
+        wait_for_writes()
         snap = load_snapshot(iv.path)
         # memory_viz colours trace events: blocks live all step long (the parameters) have none and
         # it draws them "unknown"; the end state's blocks carry their category for us
@@ -74,7 +75,7 @@ def test_named_models_and_bad_names(shell):
 
 
 def test_cells_without_models_carry_no_categories(tmp_path):
-    with Recorder(device="cpu", out=tmp_path, step=1, namespace={}):
+    with Recorder(device="cpu", out=tmp_path, step=1, namespace={}, wait=True):
         torch.ones(1000)
     (iv,) = session().intervals
     assert iv.by_category is None and iv.by_category_at_peak is None

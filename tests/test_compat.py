@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from memory_viz import replay
 
-from memsnap_magic import load_snapshot, session, summarize
+from memsnap_magic import load_snapshot, session, summarize, wait_for_writes
 
 CELLS = [
     # plain allocations and frees
@@ -29,6 +29,7 @@ def dumps(shell):
         if n == 4:
             shell.run_cell("quiet = torch.empty(2**20, dtype=torch.uint8)")
         assert shell.run_cell(f"%%memsnap step={n}\n{cell}").success
+    wait_for_writes()
     return [load_snapshot(iv.path) for iv in session().intervals]
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memsnap_magic import session
 from memsnap_magic.backends.cpu_history import STACK_BYTES
-from memsnap_magic.state import STATE
+from memsnap_magic.state import STATE, wait_for_writes
 from memsnap_magic.text import blocks_table, frame_lines
 
 MiB = 1 << 20
@@ -117,6 +117,7 @@ def test_allocations_carry_the_python_stack_that_made_them(cpu):
     run(cpu, "def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n")
     run(cpu, "%%memsnap step=1\nsmall = torch.ones(4)\nkeep = grow(512)")
     iv = session().intervals[0]
+    wait_for_writes()
     snap = pickle.loads(iv.path.read_bytes())
     allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
     assert all("frames" not in e for e in allocs if e["size"] < STACK_BYTES)
@@ -188,7 +189,7 @@ def test_the_process_resident_memory_is_kept_beside_the_trace(tmp_path):
     from memsnap_magic.snapshot import load_snapshot
     from memsnap_magic.text import usage_line
 
-    with Recorder(device="cpu", out=tmp_path, step=2, namespace={}):
+    with Recorder(device="cpu", out=tmp_path, step=2, namespace={}, wait=True):
         x = torch.ones(4 << 20)  # noqa: F841  16 MiB, resident once written
     (iv,) = session().intervals
     assert iv.usage_start["rss"] > 0 and iv.usage_end["rss"] >= iv.usage_start["rss"] + (8 << 20)

@@ -16,7 +16,7 @@ import pytest
 
 from memsnap_magic import load_snapshot, session
 from memsnap_magic.snapshot import dump_snapshot
-from memsnap_magic.state import STATE
+from memsnap_magic.state import STATE, wait_for_writes
 
 
 def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
@@ -33,6 +33,7 @@ def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
     assert type(res.error_in_exec) is oom
     assert "Tried to allocate 80.00 GiB" in str(res.error_in_exec)
     (iv,) = session().intervals
+    wait_for_writes()
     assert iv.error == "OutOfMemoryError" and iv.path.exists() and iv.peak_allocated == 1 << 20
     assert STATE.recording_devices() == []
 
@@ -47,6 +48,7 @@ def test_full_disk_warns_once_and_keeps_the_result(shell, monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = shell.run_cell("%%memsnap step=1\nvalue = 6 * 7\nvalue")
+        wait_for_writes()  # the write runs in the background; its failure is said when waited for
     assert res.success and res.result == 42
     ours = [str(w.message) for w in caught if "memsnap" in str(w.message)]
     assert len(ours) == 1 and "No space left on device" in ours[0] and "step1" in ours[0]
@@ -221,12 +223,14 @@ def test_a_second_interrupt_while_dumping_keeps_the_cells_outcome(shell, monkeyp
     shell.run_cell("import torch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = shell.run_cell("%%memsnap step=1 device=cpu\nx = torch.ones(1000)\n6 * 7")
+        # wait=true: the write is in the cell's time, where a Ctrl-C can reach it
+        res = shell.run_cell("%%memsnap step=1 device=cpu wait=true\nx = torch.ones(1000)\n6 * 7")
     assert res.success and res.result == 42
     assert any("interrupted while taking or writing the snapshot of step 1" in m for m in ours(caught))
     assert not list(Path(".").rglob("*.pickle*")) and not profiler_on()
     assert shell.run_cell("%%memsnap step=2 device=cpu\ny = torch.empty(2**20, dtype=torch.uint8)").success
     (two,) = [iv for iv in session().intervals if iv.step == 2]
+    wait_for_writes()
     sizes = [e["size"] for e in load_snapshot(two.path)["device_traces"][0] if e["action"] == "alloc"]
     assert sizes == [1 << 20]  # nothing of the interrupted step's events
     assert recorder_module.STATE.recording_devices() == []
@@ -295,6 +299,7 @@ def test_any_exception_name_makes_a_file_that_loads(shell, define, written):
     assert type(res.error_in_exec) is shell.user_ns["E"]
     (iv,) = session().intervals
     assert iv.error == written
+    wait_for_writes()
     (again,) = read_intervals([iv.path])
     assert again.error == written
 

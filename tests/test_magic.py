@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 import memsnap_magic
 from memsnap_magic import load_snapshot, session
 from memsnap_magic.layout import process_token
-from memsnap_magic.state import STATE
+from memsnap_magic.state import STATE, wait_for_writes
 
 MiB = 1 << 20
 
@@ -24,6 +24,7 @@ def run(shell, code):
 
 
 def allocs(path):
+    wait_for_writes()  # files are written in the background; a cell would wait the same way
     snap = load_snapshot(path)
     return [(e["addr"], e["size"]) for e in snap["device_traces"][0] if e["action"] == "alloc"]
 
@@ -108,6 +109,7 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     assert isinstance(res.error_in_exec, ValueError) and str(res.error_in_exec) == "boom"
     assert not res.success
     (iv,) = session().intervals
+    wait_for_writes()
     assert iv.error == "ValueError" and iv.path.exists() and iv.peak_allocated == MiB
     assert load_snapshot(iv.path)["memsnap"]["error"] == "ValueError"
     out = capsys.readouterr()
@@ -203,6 +205,7 @@ def test_marked_steps_are_cleared_intervals_in_the_cumulative_count(torch_ns):
     )
     ivs = session().intervals
     assert [i.clear for i in ivs] == [True, True, True]
+    wait_for_writes()
     assert [load_snapshot(i.path)["memsnap"]["clear"] for i in ivs] == [True, True, True]
     entries = [i.trace_entries for i in ivs]
     assert [i.cumulative_trace_entries for i in ivs] == [sum(entries[: n + 1]) for n in range(3)]
@@ -243,7 +246,7 @@ def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     Path("blocked").write_text("a file where a folder should be")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = run(sh, "%%memsnap out=blocked\nv = torch.ones(4)\nv.sum().item()")
+        res = run(sh, "%%memsnap out=blocked wait=true\nv = torch.ones(4)\nv.sum().item()")
     assert res.success and res.result == 4.0
     messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
     assert len(messages) == 1 and "could not write blocked/step1/" in messages[0]

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 from test_widget import _png_point, _send, bars, interval
 
-from memsnap_magic import Recorder, session
+from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.intervals import read_run
 from memsnap_magic.session_state import Session
@@ -32,6 +32,7 @@ def test_a_named_run_has_its_own_folder_steps_and_cumulative_figures(shell, tmp_
     assert list(runs) == ["", "fixed"] and runs[""].label == "this session"
     assert [iv.step for iv in runs[""].intervals] == [1, 2] and [iv.step for iv in runs["fixed"].intervals] == [1, 2]
     # files: the session's own in verl's layout, the named run one level down
+    wait_for_writes()
     assert {p.parent.name for p in (tmp_path / "memsnap").glob("step*/*.pickle")} == {"step1", "step2"}
     fixed = sorted((tmp_path / "memsnap" / "fixed").glob("step*/*.pickle"))
     assert [p.parent.name for p in fixed] == ["step1", "step2"]
@@ -177,7 +178,7 @@ def test_one_run_draws_no_comparison():
 
 def test_loaded_steps_count_in_step_order_whatever_order_the_paths_came_in(tmp_path, capsys):
     for step in (1, 2, 10):
-        with Recorder(device="cpu", out=tmp_path, step=step, session=Session()):
+        with Recorder(device="cpu", out=tmp_path, step=step, session=Session(), wait=True):
             import torch
 
             keep = torch.ones(step * 2**18)  # noqa: F841

@@ -1,0 +1,311 @@
+"""Summary files: what an interval keeps of a snapshot (``intervals.digest``) as small, versioned
+JSON, so a folder read again costs milliseconds instead of unpickling every file in full.
+
+The recorder writes ``<file>.summary.json`` beside each of its dumps. Every other snapshot's
+summary (verl's, torchtitan's, or one of ours whose summary is missing or stale) is cached in
+``cache_dir()`` on first read, never written into the user's folders. A summary counts only
+while its snapshot is the file it was made from: the same size, mtime and inode, recorded inside
+it (a snapshot rewritten under the same name is read again). Summary files are untrusted input,
+like snapshots: one that is malformed is ignored with one warning and the snapshot read instead.
+
+The format (``VERSION`` 1), one JSON object::
+
+    {"format": "memsnap-summary", "version": 1,
+     "snapshot": {"size": <bytes>, "mtime_ns": <int>, "inode": <int>},
+     "path": <the snapshot's absolute path; cache entries only>,
+     "meta": <the snapshot's memsnap block, every field, null where absent>,
+     "device": "cuda:0", "baseline_allocated": <bytes>, "peak_allocated": ..., "end_allocated": ...,
+     "trace_entries": <int>,
+     "top_blocks": [{"size", "addr", "before", "frames": [{"filename", "line", "name"}], "category"}],
+     "born": [[addr, size], ...], "kept_by_site": [[site, bytes, blocks], ...],
+     "by_category": {category: bytes} | null, "by_category_at_peak": ... | null,
+     "oom": {"requested", "device_free", "allocated", "by_category", "sites"} | null,
+     "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
+
+Bytes are requested bytes, as in ``intervals.Interval``; the timeline is decimated (at most a few
+thousand points) and stored as differences. ``VERSION`` goes up whenever what a summary holds, or
+how any of it is computed, changes: summaries of another version are recomputed without a word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Callable
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .layout import META_KEY, Meta
+from .notice import warn
+from .schema import INT64, MAX_SUM, SnapshotError, excerpt
+
+FORMAT = "memsnap-summary"
+VERSION = 1
+SUFFIX = ".summary.json"
+MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
+_POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)
+_ITEMS = 1 << 10  # blocks, sites, categories
+_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,32}(:[0-9]{1,9})?").fullmatch
+
+
+class Malformed(ValueError):
+    """A summary file that is not one we could have written."""
+
+
+def beside(snapshot: Path) -> Path:
+    """Where the recorder puts a dump's summary: ``<file>.summary.json`` in its folder."""
+    return snapshot.with_name(snapshot.name + SUFFIX)
+
+
+def cache_dir() -> Path:
+    """``$MEMSNAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsnap``, else ``~/.cache/memsnap``."""
+    given = os.environ.get("MEMSNAP_CACHE_DIR")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memsnap"
+
+
+def cached(snapshot: Path) -> Path:
+    """Where a snapshot's summary is cached: named by a hash of its absolute path."""
+    key = hashlib.sha256(os.fsencode(os.path.abspath(snapshot))).hexdigest()[:32]
+    return cache_dir() / f"{key}.json"
+
+
+def fingerprint(st: os.stat_result) -> dict[str, int]:
+    """What ties a summary to the very file it was made from."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:
+    """The digest of ``snapshot`` (as ``stat`` found it) from its summary beside it or in the
+    cache, or None when neither belongs to it."""
+    for where, cache in ((beside(snapshot), False), (cached(snapshot), True)):
+        try:
+            obj = _load(where)
+        except FileNotFoundError:
+            continue
+        except (OSError, Malformed) as e:
+            _ignored(where, e)
+            continue
+        try:
+            return decode(obj, st, os.path.abspath(snapshot) if cache else None)
+        except _Stale:
+            continue
+        except (Malformed, SnapshotError) as e:
+            _ignored(where, e)
+    return None
+
+
+def write_beside(snapshot: Path, d: dict[str, Any]) -> Path:
+    """Write ``snapshot``'s summary beside it (the recorder's, after the dump is in place)."""
+    target = beside(snapshot)
+    _write(target, encode(d, os.stat(snapshot)))
+    return target
+
+
+def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
+    """Cache ``snapshot``'s summary; a cache that cannot be written is said once, never raised."""
+    try:
+        _write(cached(snapshot), encode(d, st, os.path.abspath(snapshot)))
+    except OSError as e:
+        _unwritable(str(cache_dir()), e.strerror or str(e))
+
+
+@functools.cache
+def _unwritable(folder: str, reason: str) -> None:
+    warn(f"memsnap: cannot cache summaries in {folder}: {reason}; set $MEMSNAP_CACHE_DIR to a writable folder")
+
+
+_warned: set[str] = set()
+
+
+def _ignored(where: Path, e: BaseException) -> None:
+    """One warning per summary file and process: a bad one is read past, never trusted."""
+    if str(where) not in _warned:
+        _warned.add(str(where))
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        warn(f"memsnap: ignoring the summary {where}: {excerpt(reason, 200)[1:-1]}; reading its snapshot instead")
+
+
+def _write(target: Path, obj: dict[str, Any]) -> None:
+    """Atomically, as snapshots are: a hidden temporary renamed into place."""
+    data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _load(where: Path) -> Any:
+    """A summary file's JSON: regular files of at most ``MAX_BYTES`` only."""
+    fd = os.open(where, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Malformed("not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise Malformed(f"{st.st_size:,} bytes, over the {MAX_BYTES:,}-byte limit for a summary")
+        data = f.read(MAX_BYTES + 1)
+    try:
+        return json.loads(data)
+    except Exception as e:  # not UTF-8, not JSON, nested past the recursion limit, a 5,000-digit int...
+        raise Malformed(f"not JSON ({type(e).__name__}: {excerpt(str(e), 80)[1:-1]})") from None
+
+
+class _Stale(Exception):
+    """A well-formed summary of another file, or of another version."""
+
+
+def encode(d: dict[str, Any], st: os.stat_result, path: str | None = None) -> dict[str, Any]:
+    """``d`` (an ``intervals.digest``) as the summary file's JSON object."""
+    obj: dict[str, Any] = {"format": FORMAT, "version": VERSION, "snapshot": fingerprint(st)}
+    if path is not None:
+        obj["path"] = path
+    obj["meta"] = d["meta"].to_dict()
+    for key in _FIELDS:
+        obj[key] = d[key]
+    obj["born"] = [[a, s] for a, s in d["born"].items()]
+    for key in ("time_us", "allocated"):
+        values = d[key].tolist()
+        obj[key] = values[:1] + np.diff(d[key]).tolist() if values else []
+    return obj
+
+
+def decode(obj: Any, st: os.stat_result, path: str | None = None) -> dict[str, Any]:
+    """The digest a summary holds: ``_Stale`` when it belongs to another file or version,
+    ``Malformed`` when it is not one we could have written."""
+    if type(obj) is not dict or obj.get("format") != FORMAT:
+        raise Malformed("not a memsnap summary")
+    if obj.get("version") != VERSION:
+        raise _Stale
+    if obj.get("snapshot") != fingerprint(st) or (path is not None and obj.get("path") != path):
+        raise _Stale
+    d: dict[str, Any] = {"meta": Meta.from_snapshot({META_KEY: obj.get("meta")})}
+    for key, check in _FIELDS.items():
+        value = obj.get(key)
+        if not check(value):
+            raise Malformed(f"its {key} is not {check.__doc__}: {excerpt(value, 80)}")
+    d.update((key, obj[key]) for key in _FIELDS)
+    born = obj.get("born")
+    if not _list(born, _pair):
+        raise Malformed(f"its born is not a list of [address, size]: {excerpt(born, 80)}")
+    d["born"] = dict(map(tuple, born))
+    timeline = [_timeline(obj.get(key), key) for key in ("time_us", "allocated")]
+    if len(timeline[0]) != len(timeline[1]):
+        raise Malformed("its time_us and allocated differ in length")
+    d["time_us"], d["allocated"] = timeline
+    return d
+
+
+def _timeline(deltas: Any, key: str) -> np.ndarray:
+    if not (type(deltas) is list and len(deltas) <= _POINTS and all(type(v) is int for v in deltas)):
+        raise Malformed(f"its {key} is not a list of at most {_POINTS:,} ints")
+    values = list(accumulate(deltas))
+    low = 0 if key == "time_us" else -MAX_SUM
+    if values and not (min(values) >= low and max(values) < INT64):
+        raise Malformed(f"its {key} leaves the range of {key}")
+    return np.asarray(values, dtype=np.int64)
+
+
+# Checks of plain JSON values; each one's docstring says what it allows.
+def _check(doc: str) -> Callable[[Callable[[Any], bool]], Callable[[Any], bool]]:
+    def name(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        fn.__doc__ = doc
+        return fn
+
+    return name
+
+
+def _int(v: Any, low: int = 0, high: int = MAX_SUM) -> bool:
+    return type(v) is int and low <= v <= high
+
+
+def _str(v: Any) -> bool:
+    return type(v) is str and len(v) <= 4096
+
+
+def _list(v: Any, item: Callable[[Any], bool]) -> bool:
+    return type(v) is list and len(v) <= _ITEMS and all(item(x) for x in v)
+
+
+def _pair(v: Any) -> bool:
+    return type(v) is list and len(v) == 2 and _int(v[0], -INT64, 1 << 64) and _int(v[1])
+
+
+@_check("a list of [site, bytes, blocks]")
+def _sites(v: Any) -> bool:
+    return _list(v, lambda r: type(r) is list and len(r) == 3 and _str(r[0]) and _int(r[1]) and _int(r[2]))
+
+
+@_check("null or a dict of category: bytes")
+def _categories(v: Any) -> bool:
+    return v is None or (type(v) is dict and len(v) <= _ITEMS and all(_str(k) and _int(n) for k, n in v.items()))
+
+
+def _frame(f: Any) -> bool:
+    return (
+        type(f) is dict
+        and f.keys() == {"filename", "line", "name"}
+        and _str(f["filename"])
+        and _int(f["line"], 0, 1 << 31)
+        and _str(f["name"])
+    )
+
+
+def _block(b: Any) -> bool:
+    return (
+        type(b) is dict
+        and b.keys() == {"size", "addr", "before", "frames", "category"}
+        and _int(b["size"])
+        and _int(b["addr"], -INT64, 1 << 64)
+        and type(b["before"]) is bool
+        and _list(b["frames"], _frame)
+        and (b["category"] is None or _str(b["category"]))
+    )
+
+
+@_check("a list of blocks")
+def _blocks(v: Any) -> bool:
+    return _list(v, _block)
+
+
+@_check("null or an out-of-memory report")
+def _oom(v: Any) -> bool:
+    return v is None or (
+        type(v) is dict
+        and v.keys() == {"requested", "device_free", "allocated", "by_category", "sites"}
+        and (v["requested"] is None or _int(v["requested"], 0, 1 << 62))
+        and (v["device_free"] is None or _int(v["device_free"], 0, 1 << 62))
+        and _int(v["allocated"], -MAX_SUM)
+        and _categories(v["by_category"])
+        and _sites(v["sites"])
+    )
+
+
+_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "device": _check("a device name (cuda:0)")(lambda v: type(v) is str and _DEVICE(v) is not None),
+    "baseline_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
+    "peak_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
+    "end_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
+    "trace_entries": _check("a count")(lambda v: _int(v, 0, INT64)),
+    "top_blocks": _blocks,
+    "kept_by_site": _sites,
+    "by_category": _categories,
+    "by_category_at_peak": _categories,
+    "oom": _oom,
+}

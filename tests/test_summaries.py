@@ -1,0 +1,289 @@
+"""Summary files: a folder read again gives the very figures a cold read gives, from files that
+never mislead (stale, truncated, hostile, another file's), and never lands in the user's folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic import intervals, summaries
+from memsnap_magic.cli import main
+from memsnap_magic.intervals import read_intervals
+from memsnap_magic.recorder import Recorder
+from memsnap_magic.snapshot import SnapshotError, dump_snapshot, load_snapshot
+from memsnap_magic.state import wait_for_writes
+from memsnap_magic.text import blocks_table, describe, interval_table
+
+DATA = Path(__file__).parent / "data"
+
+
+def same(a, b):
+    """Two intervals hold the same figures, timeline, blocks and sites."""
+    assert a.to_record() == b.to_record()
+    assert np.array_equal(a.time_us, b.time_us) and np.array_equal(a.allocated, b.allocated)
+    assert a.top_blocks == b.top_blocks and a.born == b.born
+
+
+def verl_folder(root: Path, steps=(1, 2), ranks=(0, 1)) -> Path:
+    """Real CUDA dumps in verl's layout, without our summaries (a foreign run)."""
+    for step in steps:
+        for rank in ranks:
+            snap = load_snapshot(DATA / ("cuda_oom.pickle" if (step, rank) == (2, 1) else "cuda_step.pickle"))
+            snap.pop("memsnap", None)  # step and rank come from the path, as in verl's files
+            dump_snapshot(snap, root / "profile" / f"step{step}" / f"torch_memory_rank{rank}.pickle")
+    return root / "profile"
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """Our own dumps of a small training loop: labelled, with stacks, a summary beside each."""
+    import torch
+
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.Adam(model.parameters())
+    keep = []
+    for step in (1, 2, 3):
+        with Recorder(step=step, out=tmp_path / "out", device="cpu", model=model, optimizer=opt):
+            loss = model(torch.randn(32, 64)).square().sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            keep.append(torch.ones(1000 * step))
+    wait_for_writes()
+    return tmp_path / "out"
+
+
+def test_recorder_writes_a_summary_beside_each_dump_and_readers_use_it(recorded, summary_cache, monkeypatch):
+    dumps = sorted(recorded.rglob("*.pickle"))
+    assert len(dumps) == 3 and all(summaries.beside(p).is_file() for p in dumps)
+    cold = [intervals.interval_from_snapshot(load_snapshot(p), p, file_bytes=p.stat().st_size) for p in dumps]
+    monkeypatch.setattr(intervals, "load_snapshot", _no_unpickling)
+    warm = read_intervals([recorded])
+    for a, b in zip(cold, warm):
+        same(a, b)
+    assert warm[0].by_category and warm[0].kept_by_site and warm[0].top_blocks[0]["frames"]
+    assert list(summary_cache.iterdir()) == []  # ours are beside their dumps, not cached again
+
+
+def _no_unpickling(path, **kw):
+    raise AssertionError(f"{path} was unpickled although its summary matches")
+
+
+def test_a_foreign_folder_is_cached_never_written_into(tmp_path, summary_cache, monkeypatch, capsys):
+    folder = verl_folder(tmp_path)
+    before = sorted(p.name for p in folder.rglob("*"))
+    assert main(["summarize", str(folder), "--json", "--jobs", "1"]) == 0
+    cold_out = capsys.readouterr().out
+    assert sorted(p.name for p in folder.rglob("*")) == before
+    assert len(list(summary_cache.glob("*.json"))) == 4
+    monkeypatch.setattr(intervals, "load_snapshot", _no_unpickling)
+    assert main(["summarize", str(folder), "--json"]) == 0
+    assert capsys.readouterr().out == cold_out  # byte-identical, the OOM report included
+    records = json.loads(cold_out)
+    assert [(r["step"], r["rank"]) for r in records] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+
+
+def test_a_rewritten_snapshot_is_read_again(tmp_path):
+    (path,) = verl_folder(tmp_path, steps=(1,), ranks=(0,)).rglob("*.pickle")
+    (first,) = read_intervals([path])
+    snap = load_snapshot(path)
+    snap["device_traces"][0] = snap["device_traces"][0][: len(snap["device_traces"][0]) // 2]
+    dump_snapshot(snap, path)  # same name, new file (a new inode, a new mtime)
+    (again,) = read_intervals([path])
+    assert again.trace_entries == first.trace_entries // 2
+    same(again, intervals.interval_from_snapshot(load_snapshot(path), path, file_bytes=path.stat().st_size))
+
+
+def test_same_size_and_name_but_another_mtime_is_stale(tmp_path):
+    (path,) = verl_folder(tmp_path, steps=(1,), ranks=(0,)).rglob("*.pickle")
+    (first,) = read_intervals([path])
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
+    assert summaries.read(path, path.stat()) is None
+    (again,) = read_intervals([path])
+    same(first, again)
+
+
+def _summary_of(tmp_path) -> tuple[Path, Path, dict]:
+    """A dump of ours, its summary file and that file's JSON."""
+    with Recorder(step=1, out=tmp_path / "out", device="cpu", wait=True):
+        import torch
+
+        x = [torch.ones(100 * n) for n in range(1, 40)]
+        del x[::2]
+    (dump,) = (tmp_path / "out").rglob("*.pickle")
+    beside = summaries.beside(dump)
+    return dump, beside, json.loads(beside.read_text())
+
+
+def _read_warning(dump: Path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (iv,) = read_intervals([dump])
+    return iv, [str(w.message) for w in caught if "memsnap" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        (lambda b: b.write_bytes(b.read_bytes()[: len(b.read_bytes()) // 2]), True),  # truncated
+        (lambda b: b.write_bytes(b"\xff\xfe not json"), True),
+        (lambda b: b.write_text("[1, 2, 3]"), True),
+        (lambda b: b.write_text("[" * 100_000 + "]" * 100_000), True),  # nested past any recursion limit
+        (lambda b: b.write_text("1" * 100_000), True),  # an int too long to convert
+        (lambda b: b.write_bytes(b"x" * (summaries.MAX_BYTES + 1)), True),
+        # well-formed, but not this file's: stale, read past without a word
+        (lambda b: b.write_text('{"format": "memsnap-summary", "version": 1, "snapshot": []}'), False),
+    ],
+    ids=["truncated", "not-utf8", "a-list", "deep", "huge-int", "too-large", "another-files"],
+)
+def test_a_malformed_summary_is_ignored_with_one_warning(tmp_path, spoil, said):
+    dump, beside, _ = _summary_of(tmp_path)
+    expected = intervals.interval_from_snapshot(load_snapshot(dump), dump, file_bytes=dump.stat().st_size)
+    spoil(beside)
+    summaries._warned.clear()
+    iv, messages = _read_warning(dump)
+    same(iv, expected)
+    if said:
+        assert len(messages) == 1 and "ignoring the summary" in messages[0] and str(beside) in messages[0]
+    else:
+        assert messages == []
+    iv, messages = _read_warning(dump)  # the next read uses the cache: no second warning
+    same(iv, expected)
+    assert messages == []
+
+
+def test_a_summary_that_is_not_a_regular_file_is_never_waited_on(tmp_path):
+    dump, beside, _ = _summary_of(tmp_path)
+    beside.unlink()
+    os.mkfifo(beside)  # opening a FIFO for reading would block until a writer came
+    summaries._warned.clear()
+    iv, messages = _read_warning(dump)
+    assert iv.peak_allocated > 0 and len(messages) == 1 and "not a regular file" in messages[0]
+
+
+def test_another_files_summary_and_another_version_are_recomputed_silently(tmp_path, summary_cache):
+    dump, beside, obj = _summary_of(tmp_path)
+    expected = intervals.interval_from_snapshot(load_snapshot(dump), dump, file_bytes=dump.stat().st_size)
+    for changed in (
+        {**obj, "version": summaries.VERSION + 1, "peak_allocated": 1},
+        {**obj, "snapshot": {**obj["snapshot"], "inode": obj["snapshot"]["inode"] + 1}, "peak_allocated": 1},
+    ):
+        beside.write_text(json.dumps(changed))
+        for cached in summary_cache.glob("*.json"):
+            cached.unlink()
+        iv, messages = _read_warning(dump)
+        same(iv, expected)
+        assert messages == []
+    # a cache entry made for another path (a hash collision, a moved cache) is not this file's
+    other = tmp_path / "elsewhere.pickle"
+    shutil.copy(dump, other)
+    beside.unlink()
+    entry = summaries.cached(dump)
+    entry.write_text(json.dumps({**obj, "path": str(other), "peak_allocated": 1}))
+    iv, _ = _read_warning(dump)
+    same(iv, expected)
+
+
+def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypatch):
+    folder = verl_folder(tmp_path, steps=(1, 2), ranks=(0,))
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(blocker / "cache"))
+    summaries._unwritable.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = read_intervals([folder])
+    messages = [str(w.message) for w in caught if "cannot cache" in str(w.message)]
+    assert len(messages) == 1 and "MEMSNAP_CACHE_DIR" in messages[0]
+    assert [iv.step for iv in loaded] == [1, 2] and loaded[0].peak_allocated > 0
+
+
+# Hostile summaries: any value anywhere in a summary that matches its file is either refused
+# (a warning, the snapshot read instead) or shows without an error wherever intervals are shown.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:3]):
+            yield from _paths(v, (*prefix, i))
+
+
+@pytest.fixture(scope="module")
+def one_summary(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    return _summary_of(tmp)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_hostile_summaries_never_crash_a_reader(one_summary, data):
+    dump, _, obj = one_summary
+    paths = [p for p in _paths(obj) if p[:1] != ("snapshot",) and p[:1] != ("format",) and p[:1] != ("version",)]
+    spoilt = json.loads(json.dumps(obj))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths[1:]))
+        target = spoilt
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = data.draw(_JSON)
+        except (KeyError, IndexError, TypeError):
+            continue
+    try:
+        d = summaries.decode(spoilt, dump.stat())
+    except (summaries.Malformed, SnapshotError):
+        return
+    iv = intervals.interval_from_digest(d, dump)
+    interval_table([iv])
+    describe(iv)
+    blocks_table(iv)
+
+
+# Parallel cold scans: the same intervals as one process gives, the same first error.
+def test_parallel_scan_gives_what_a_serial_scan_gives(tmp_path, summary_cache, monkeypatch):
+    folder = verl_folder(tmp_path, steps=(1, 2, 3), ranks=(0, 1))
+    monkeypatch.setattr(intervals, "PARALLEL_BYTES", 0)  # these small files would else stay in-process
+    parallel = read_intervals([folder], jobs=2)
+    for cached in summary_cache.glob("*.json"):
+        cached.unlink()
+    serial = read_intervals([folder], jobs=1)
+    assert [(iv.step, iv.rank) for iv in parallel] == [(s, r) for s in (1, 2, 3) for r in (0, 1)]
+    for a, b in zip(parallel, serial):
+        same(a, b)
+    assert parallel[3].oom is not None  # step 2, rank 1: the real OOM dump
+
+
+def test_parallel_scan_raises_the_first_bad_file_as_serial_does(tmp_path, summary_cache, monkeypatch):
+    folder = verl_folder(tmp_path, steps=(1, 2, 3), ranks=(0,))
+    for step in (2, 3):
+        (folder / f"step{step}" / "torch_memory_rank0.pickle").write_bytes(b"\x80\x04 truncated")
+    monkeypatch.setattr(intervals, "PARALLEL_BYTES", 0)
+    errors = []
+    for jobs in (1, 3):
+        with pytest.raises(SnapshotError) as e:
+            read_intervals([folder], jobs=jobs)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "step2" in errors[0]
+
+
+def test_cli_jobs_is_checked(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["summarize", "x", "--jobs", "0"])
+    assert e.value.code == 2 and "--jobs" in capsys.readouterr().err

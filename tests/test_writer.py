@@ -1,0 +1,129 @@
+"""The background writer: the cell returns before its file is written, yet no one who reads the
+file (the next cell, %memsnap commands, exit) ever finds it missing, and a failed write is said."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import memsnap_magic.snapshot as snapshot_module
+from memsnap_magic import summaries
+from memsnap_magic.recorder import Recorder
+from memsnap_magic.snapshot import load_snapshot
+from memsnap_magic.state import session, wait_for_writes
+
+SLOW = 0.4  # seconds each write takes here: long enough that a reader who does not wait misses it
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """Every snapshot write takes ``SLOW`` seconds more; the threads that wrote are recorded."""
+    real, writers = snapshot_module.dump_snapshot, []
+
+    def slow(snap, path):
+        writers.append(threading.current_thread().name)
+        time.sleep(SLOW)
+        return real(snap, path)
+
+    monkeypatch.setattr(snapshot_module, "dump_snapshot", slow)
+    return writers
+
+
+def test_the_cell_returns_before_the_write_and_the_next_cell_waits_for_it(shell, slow_writes):
+    shell.run_cell("import torch")
+    started = time.perf_counter()
+    assert shell.run_cell("%%memsnap step=1 device=cpu\nx = torch.ones(1000)").success
+    assert time.perf_counter() - started < SLOW  # the write was not in the cell's time
+    res = shell.run_cell(
+        "import glob\nfrom memsnap_magic import load_snapshot\n"
+        "found = [load_snapshot(p) for p in glob.glob('memsnap/step1/*.pickle')]\nlen(found)"
+    )
+    assert res.success and res.result == 1  # the plain cell after it found the file whole
+    assert slow_writes == ["memsnap-writer"]
+
+
+def test_wait_true_writes_within_the_block(tmp_path, slow_writes):
+    import torch
+
+    with Recorder(step=1, out=tmp_path, device="cpu", wait=True) as r:
+        x = torch.ones(1000)
+    (iv,) = r.intervals
+    assert iv.path.is_file() and iv.file_bytes == iv.path.stat().st_size
+    assert summaries.beside(iv.path).is_file() and slow_writes == ["MainThread"]
+    del x
+
+
+def test_commands_wait_for_pending_writes(shell, slow_writes, capsys):
+    shell.run_cell("import torch\nfrom memsnap_magic import Recorder")
+    # a Recorder block and a %memsnap command in one cell: no cell boundary waits in between
+    res = shell.run_cell(
+        "with Recorder(step=4, out='r', device='cpu'):\n    y = torch.ones(100)\n%memsnap load r as=again"
+    )
+    assert res.success
+    assert "again" in session().runs and session().runs["again"].intervals[0].step == 4
+
+
+def test_writes_keep_their_order_and_a_rerun_step_ends_with_the_last(tmp_path, slow_writes):
+    import torch
+
+    for n in (1, 2, 3):
+        with Recorder(step=7, out=tmp_path, device="cpu") as r:
+            x = [torch.ones(10) for _ in range(n)]
+    wait_for_writes()
+    (path,) = tmp_path.rglob("*.pickle")
+    allocs = [e for e in load_snapshot(path)["device_traces"][0] if e["action"] == "alloc"]
+    assert len(allocs) == 3 and r.intervals[0].path == path
+    (iv,) = summaries_read(path)
+    assert iv.trace_entries == r.intervals[0].trace_entries
+    del x
+
+
+def summaries_read(path: Path):
+    from memsnap_magic.intervals import read_intervals
+
+    return read_intervals([path])
+
+
+def test_a_failed_write_is_said_at_the_next_cell_and_the_interval_stays(shell, slow_writes):
+    Path("blocked").write_text("a file where a folder should be")
+    shell.run_cell("import torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert shell.run_cell("%%memsnap out=blocked device=cpu\nv = torch.ones(4)").success
+        assert not [w for w in caught if "memsnap" in str(w.message)]  # not yet: the write is pending
+        assert shell.run_cell("1 + 1").success
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "could not write blocked/step1/" in messages[0] and "memory only" in messages[0]
+    (iv,) = session().intervals
+    assert iv.path is None and iv.peak_allocated > 0
+
+
+def test_interpreter_exit_waits_for_the_last_write(tmp_path):
+    script = textwrap.dedent(
+        """
+        import time, torch
+        import memsnap_magic.snapshot as s
+        from memsnap_magic import Recorder
+        real = s.dump_snapshot
+        def slow(snap, path):
+            time.sleep(1.0)
+            return real(snap, path)
+        s.dump_snapshot = slow
+        with Recorder(step=1, out="out", device="cpu"):
+            x = torch.ones(1000)
+        print("block done", flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "block done" in out.stdout
+    (path,) = (tmp_path / "out").rglob("*.pickle")
+    assert load_snapshot(path)["memsnap"]["step"] == 1 and summaries.beside(path).is_file()
