@@ -52,7 +52,7 @@ def _summarize(folder: Path, jobs: int | None = None) -> str:
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.intervals import default_jobs
+    from memsnap_magic.scan import default_jobs
 
     steps, ranks, entries = ctx.pick((10, 2, 200_000), (3, 2, 20_000))
     cache = ctx.work / "scan-cache"

@@ -37,7 +37,7 @@ _LAZY = {
     "summarize": "analysis",
     "Summary": "analysis",
     "session": "state",
-    "wait_for_writes": "state",
+    "wait_for_writes": "writer",
     "Session": "session_state",
     "Interval": "intervals",
     "Options": "options",
@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     from .recorder import Recorder, mark
     from .session_state import Session
     from .snapshot import SnapshotError, dump_snapshot, load_snapshot
-    from .state import session, wait_for_writes
+    from .state import session
     from .widget import Dashboard, dashboard
+    from .writer import wait_for_writes
 
 
 def __getattr__(name: str) -> Any:
@@ -84,7 +85,7 @@ def load_ipython_extension(ipython: Any) -> None:
 def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
-    from .state import wait_for_writes
+    from .writer import wait_for_writes
 
     wait_for_writes()
 

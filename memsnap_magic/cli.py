@@ -56,8 +56,8 @@ class _Parser(argparse.ArgumentParser):
 def _session(paths: Sequence[str], jobs: int | None = None) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
-    from .intervals import in_step_order, read_run
     from .layout import TAG_PATTERN
+    from .scan import in_step_order, read_run
     from .session_state import Session
 
     loaded = []

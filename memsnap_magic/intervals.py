@@ -1,22 +1,21 @@
-"""Intervals: what the session keeps of a snapshot, made by one function from any snapshot.
+"""Intervals: what the session keeps of a snapshot, made the same way from any snapshot.
 
-``interval_from_snapshot`` serves the recorder (a snapshot it just took) and ``%memsnap load`` and
-the CLI (files on disk) alike: the file's own ``memsnap`` block, else its path in verl's layout,
-says which step, rank and device it holds. An interval keeps figures, a decimated timeline and the
-blocks alive at the peak, never the snapshot, so a long notebook does not hold hundreds of MB.
+``digest`` serves the recorder (a snapshot it just took) and ``scan`` (files on disk, or their
+summaries) alike; ``interval_from_digest`` names the result: the file's own ``memsnap`` block,
+else its path in verl's layout, says which step, rank and device it holds. An interval keeps
+figures, a decimated timeline and the blocks alive at the peak, never the snapshot, so a long
+notebook does not hold hundreds of MB.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .backends.registry import trace_index
 from .figures import Figures
-from .layout import Meta, PathInfo, find_snapshots, folder_run, parse_path
+from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
@@ -178,17 +177,10 @@ def interval_from_digest(
     )
 
 
-def interval_from_snapshot(
-    snap: dict[str, Any],
-    path: Path | None = None,
-    *,
-    position: int = 1,
-    file_bytes: int | None = None,
-    run: str | None = None,
-) -> Interval:
+def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, **naming: Any) -> Interval:
     """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
-    its peak (``digest``, named as ``interval_from_digest`` says)."""
-    return interval_from_digest(digest(snap), path, position=position, file_bytes=file_bytes, run=run)
+    its peak (``digest``, named as ``interval_from_digest`` says, with its keywords)."""
+    return interval_from_digest(digest(snap), path, **naming)
 
 
 SITES = 20  # sites kept per interval
@@ -252,12 +244,8 @@ def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def read_interval(path: Path, position: int) -> Interval:
-    """One file as an interval; ``position`` (1-based) is the step when nothing names one."""
-    return read_intervals([path], position=position)[0]
-
-
 def digest_file(path: Path) -> dict[str, Any]:
+    """The digest of a snapshot file; every failure a one-line ``SnapshotError`` naming it."""
     snap = load_snapshot(path)
     try:
         return digest(snap)
@@ -273,134 +261,3 @@ UNREADABLE = (KeyError, TypeError, ValueError, OverflowError)  # what odd values
 def unreadable(path: Path | str, e: BaseException) -> SnapshotError:
     """The one-line error for a file that loaded but whose values the analysis could not read."""
     return SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}")
-
-
-PARALLEL_BYTES = 32 << 20  # snapshots to read, in all, before worker processes pay for their start
-
-
-def default_jobs() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def read_intervals(
-    paths: Iterable[str | os.PathLike[str]], progress: bool = False, jobs: int | None = None, position: int = 1
-) -> list[Interval]:
-    """Files and folders (searched recursively) as intervals, with a progress bar if asked; the
-    n-th file's step is ``position + n`` when nothing names one.
-
-    A file's summary (beside it or cached, see ``summaries``) stands in for it while it is the
-    same file; the others are read, by ``jobs`` worker processes (default: the cores) where
-    they add up to ``PARALLEL_BYTES`` or more, and their summaries cached. The first bad file
-    in order raises, whichever process read it. Files this process is still writing are waited
-    for first."""
-    from . import summaries
-    from .state import wait_for_writes
-
-    wait_for_writes()
-    files = find_snapshots(paths)
-    stats = [_stat(p) for p in files]
-    digests = [summaries.read(p, st) for p, st in zip(files, stats)]
-    todo = [n for n, d in enumerate(digests) if d is None]
-    jobs = min(default_jobs() if jobs is None else max(jobs, 1), len(todo))
-    if jobs > 1 and sum(stats[n].st_size for n in todo) < PARALLEL_BYTES:
-        jobs = 1
-    bar = None
-    if progress and len(todo) > 1:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), unit="file", desc="memsnap: reading", leave=False)
-    try:
-        for n, found in _digests([files[n] for n in todo], jobs, bar):
-            n = todo[n]
-            if isinstance(found, SnapshotError):
-                raise found
-            digests[n] = found
-            summaries.store(files[n], stats[n], found)
-    finally:
-        if bar is not None:
-            bar.close()
-    return [
-        interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
-        for n, (p, st, d) in enumerate(zip(files, stats, digests))
-    ]
-
-
-def _stat(path: Path) -> os.stat_result:
-    """Taken before the file is read: one replaced meanwhile leaves a summary that matches neither."""
-    try:
-        return path.stat()
-    except OSError as e:
-        raise SnapshotError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
-def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict[str, Any] | SnapshotError]]:
-    """(index, digest or the file's SnapshotError) of each file, in order: read here, or by
-    ``jobs`` processes that each hold one snapshot at a time."""
-    if jobs <= 1:
-        for n, path in enumerate(files):
-            yield n, digest_file(path)
-            if bar is not None:
-                bar.update()
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    done: dict[int, dict[str, Any] | SnapshotError] = {}
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
-        futures = {pool.submit(_digest_or_error, path): n for n, path in enumerate(files)}
-        try:
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                if bar is not None:
-                    bar.update()
-        except BrokenProcessPool:
-            lost = [str(files[n]) for f, n in futures.items() if n not in done]
-            raise SnapshotError(
-                f"a process reading {lost[0]}{' or another' if len(lost) > 1 else ''} died (out of memory?); "
-                "jobs=1 reads one file at a time"
-            ) from None
-    yield from sorted(done.items())
-
-
-def _digest_or_error(path: Path) -> dict[str, Any] | SnapshotError:
-    """A worker's job: the file's digest, or its error returned, so the parent raises the first."""
-    try:
-        return digest_file(path)
-    except SnapshotError as e:
-        return e
-
-
-def in_step_order(intervals: Iterable[Interval]) -> list[Interval]:
-    """Run by run (in the order each first appears), each in step and rank order."""
-    intervals = list(intervals)
-    first: dict[str, int] = {}
-    for n, iv in enumerate(intervals):
-        first.setdefault(iv.run, n)
-    return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank))
-
-
-def read_run(
-    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int | None = None
-) -> list[Interval]:
-    """Every file under ``paths`` as intervals, each in its own run (see ``interval_from_snapshot``),
-    or all in the run ``name``: then they must hold one run, so naming never merges two.
-
-    In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
-    the cumulative figures are what a never-cleared recording would have shown step by step."""
-    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs))
-    if name is not None:
-        runs = sorted({iv.run for iv in loaded})
-        if len(runs) > 1:
-            raise SnapshotError(
-                f"{', '.join(map(str, paths))}: {len(runs)} runs ({', '.join(runs)}) cannot take one name; "
-                "name one run's folder at a time, or leave the name out to load each as its own run"
-            )
-        for iv in loaded:
-            iv.run = name
-    return loaded

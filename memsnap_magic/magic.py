@@ -96,7 +96,7 @@ class MemsnapMagics(Magics):
         return True
 
     def _line(self, line: str) -> None:
-        from .state import wait_for_writes
+        from .writer import wait_for_writes
 
         wait_for_writes()  # what the commands read (files, the session's paths) is on disk first
         name, _, rest = line.strip().partition(" ")
@@ -117,8 +117,8 @@ class MemsnapMagics(Magics):
     def _load(self, rest: str) -> None:
         import shlex
 
-        from .intervals import read_run
         from .readable import one_line
+        from .scan import read_run
         from .snapshot import SnapshotError
         from .text import loaded_line
         from .values import Tag

@@ -7,6 +7,7 @@ and recording is stopped (or kept on, for ``clear=False``); our own failures bec
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -330,15 +331,42 @@ class Recorder:
             if self.report is not None:
                 self._quietly(self.report, iv, previous)
         if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
-            WRITER.submit(snap, path, d, iv)
+            WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path))
 
     @staticmethod
     def _write_now(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, iv: Interval | None) -> None:
-        from .writer import write
-
-        message = write(snap, path, d, iv)
+        message = write_files(snap, path, d, iv)
         if message is not None:
             warn(message, stacklevel=4)
+
+
+def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> str | None:
+    """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
+    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written."""
+    from .snapshot import dump_snapshot
+    from .summaries import write_beside
+
+    try:
+        dump_snapshot(snap, path)
+        size = path.stat().st_size
+    except Exception as e:
+        if interval is not None:
+            interval.path = None
+        step = f"step {interval.step}" if interval is not None else "the interval"
+        return f"memsnap: could not write {path}: {_reason(e)}; {step} is kept in memory only"
+    if interval is not None:
+        interval.file_bytes = size
+    if d is None:
+        return None
+    try:
+        write_beside(path, d)
+    except Exception as e:  # readers recompute what a summary would have said
+        return f"memsnap: could not write the summary beside {path}: {_reason(e)}"
+    return None
+
+
+def _reason(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
 
 
 Recorder.__doc__ = (Recorder.__doc__ or "") + "\n" + opts.help_text(indent=4)

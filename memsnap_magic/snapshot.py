@@ -67,7 +67,7 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     ``max_bytes``: refuse larger files before reading them (default ``max_file_bytes()``).
     A file this process is still writing in the background is read once written.
     """
-    from .state import wait_for_writes
+    from .writer import wait_for_writes
 
     wait_for_writes()
     path = Path(path)

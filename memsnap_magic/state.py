@@ -9,7 +9,6 @@ warnings already given. At import it needs only ``notice`` of ours (the session 
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .notice import warn
@@ -76,6 +75,8 @@ class State:
         fresh process (pending writes finish first, as at exit). The CPU profiler object and the
         one-time warnings stay: they belong to the process, not to a session."""
         self.stop_all()
+        from .writer import wait_for_writes  # here: the writer is not needed before a recording
+
         wait_for_writes()
         self.active.clear()
         self.backends.clear()
@@ -86,18 +87,6 @@ class State:
 
 
 STATE = State()
-
-
-def wait_for_writes() -> None:
-    """Block until every snapshot recorded so far is on disk; warn about any that could not be
-    written (``wait=true`` does this per cell).
-
-    Snapshot files are written in the background (``writer``). In IPython every cell starts by
-    waiting; ``%memsnap`` commands, ``load_snapshot``, the folder readers and interpreter exit
-    wait too. Code that opens its own dumps another way (``open``, a viewer) calls this first."""
-    writer = sys.modules.get(f"{__package__}.writer")  # never started: nothing to wait for
-    if writer is not None:
-        writer.WRITER.wait()
 
 
 def session() -> Session:

@@ -1,8 +1,10 @@
 """The background writer: snapshot files (and their summaries) written off the cell's critical path.
 
 After a cell the user waits only for what the figures need: taking the snapshot, summarising
-it, clearing the history. The pickle and its summary go to one daemon thread, written in the
-order handed over, at most ``PENDING`` waiting at a time (each holds a snapshot in memory).
+it, clearing the history. Writing the pickle and its summary (``recorder.write_files``) is a job
+for one daemon thread, run in the order handed over, at most ``PENDING`` waiting at a time (each
+holds a snapshot in memory). It imports nothing of ours but ``notice``, so the loader can wait on
+it.
 ``wait()`` blocks until everything handed over is on disk and says what could not be written;
 the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
 on a normal exit and a user's next cell never races our write. A write that fails leaves its
@@ -16,28 +18,27 @@ import atexit
 import os
 import queue
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Callable
 
 from .notice import warn
 
-if TYPE_CHECKING:
-    from .intervals import Interval
-
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
+Job = Callable[[], "str | None"]  # writes something; returns what went wrong, in one line, or None
 
 
 class Writer:
+    """One daemon thread running write jobs in the order handed over."""
+
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(PENDING)
+        self._queue: queue.Queue[tuple[Job, str]] = queue.Queue(PENDING)
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._lock = threading.Lock()
         self._failures: list[str] = []
 
-    def submit(self, snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> None:
-        """Write ``snap`` to ``path`` and its summary (``d``) beside it, in the background;
-        ``interval`` gets the file's size, or ``path=None`` if it could not be written."""
+    def submit(self, job: Job, what: str) -> None:
+        """Run ``job`` (which writes ``what``) in the background, after the jobs before it;
+        blocks while ``PENDING`` jobs already wait."""
         with self._lock:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 # none yet, or a fork's copy of ours (threads do not survive a fork)
@@ -45,10 +46,11 @@ class Writer:
                 self._thread = threading.Thread(target=self._run, name="memsnap-writer", daemon=True)
                 self._pid = os.getpid()
                 self._thread.start()
-        self._queue.put((snap, path, d, interval))
+        self._queue.put((job, what))
 
     def wait(self) -> None:
-        """Block until every snapshot handed over is written; warn once about each that was not."""
+        """Block until every job handed over is done; warn once about each that failed.
+        Costs nothing when there is nothing to wait for (before every cell, every load)."""
         if self._thread is not None and self._pid == os.getpid():
             self._queue.join()
         with self._lock:
@@ -58,49 +60,28 @@ class Writer:
 
     def _run(self) -> None:
         while True:
-            snap, path, d, interval = self._queue.get()
+            job, what = self._queue.get()
             try:
-                message = write(snap, path, d, interval)
+                message = job()
             except BaseException as e:  # the thread outlives anything, or wait() would block forever
-                message = f"memsnap: could not write {path}: {type(e).__name__}: {e}"
-                if interval is not None:
-                    interval.path = None
+                message = f"memsnap: could not write {what}: {type(e).__name__}: {e}"
             finally:
-                del snap, d  # a snapshot is freed once written, not when the next one comes
+                del job  # what it holds (a snapshot) is freed once written, not when the next comes
                 self._queue.task_done()
             if message is not None:
                 with self._lock:
                     self._failures.append(message)
 
 
-def write(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> str | None:
-    """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
-    one line, or None."""
-    from .snapshot import dump_snapshot
-    from .summaries import write_beside
-
-    try:
-        dump_snapshot(snap, path)
-        size = path.stat().st_size
-    except Exception as e:
-        if interval is not None:
-            interval.path = None
-        step = f"step {interval.step}" if interval is not None else "the interval"
-        return f"memsnap: could not write {path}: {_reason(e)}; {step} is kept in memory only"
-    if interval is not None:
-        interval.file_bytes = size
-    if d is None:
-        return None
-    try:
-        write_beside(path, d)
-    except Exception as e:  # readers recompute what a summary would have said
-        return f"memsnap: could not write the summary beside {path}: {_reason(e)}"
-    return None
-
-
-def _reason(e: BaseException) -> str:
-    return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-
-
 WRITER = Writer()
 atexit.register(WRITER.wait)
+
+
+def wait_for_writes() -> None:
+    """Block until every snapshot recorded so far is on disk; warn about any that could not be
+    written (``wait=true`` does this per cell).
+
+    In IPython every cell starts by waiting; ``%memsnap`` commands, ``load_snapshot``, the
+    folder readers and interpreter exit wait too. Code that opens its own dumps another way
+    (``open``, a viewer) calls this first."""
+    WRITER.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -63,3 +64,15 @@ def reference(snap: dict[str, Any], device: int) -> tuple[int, int, int]:
         cur += d
         peak = max(peak, cur)
     return baseline, peak, cur
+
+
+def value_paths(obj: Any, prefix: tuple[Any, ...] = (), items: int | None = None) -> Iterator[tuple[Any, ...]]:
+    """Every key path into nested dicts and lists (``items``: the first few of each list), for
+    tests that put a hostile value at any one of them."""
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from value_paths(v, (*prefix, k), items)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:items]):
+            yield from value_paths(v, (*prefix, i), items)

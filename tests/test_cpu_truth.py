@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsnap_magic import session
+from memsnap_magic import session, wait_for_writes
 from memsnap_magic.backends.cpu_history import STACK_BYTES
-from memsnap_magic.state import STATE, wait_for_writes
+from memsnap_magic.state import STATE
 from memsnap_magic.text import blocks_table, frame_lines
 
 MiB = 1 << 20

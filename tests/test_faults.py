@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memsnap_magic import load_snapshot, session
+from memsnap_magic import load_snapshot, session, wait_for_writes
 from memsnap_magic.snapshot import dump_snapshot
-from memsnap_magic.state import STATE, wait_for_writes
+from memsnap_magic.state import STATE
 
 
 def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
@@ -292,7 +292,7 @@ def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell):
     ids=["non-ASCII", "spaces", "too long"],
 )
 def test_any_exception_name_makes_a_file_that_loads(shell, define, written):
-    from memsnap_magic.intervals import read_intervals
+    from memsnap_magic.scan import read_intervals
 
     shell.run_cell(define)
     res = shell.run_cell("%%memsnap device=cpu\nraise E('mine')")

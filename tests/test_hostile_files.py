@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from snapshots import alloc, free, snapshot
+from snapshots import alloc, free, snapshot, value_paths
 
 from memsnap_magic import SnapshotError, load_snapshot, session
 from memsnap_magic.cli import main
@@ -163,7 +163,7 @@ def test_fields_the_analysis_reads_are_checked(tmp_path, mutate, words):
     mutate(snap)
     path = write(tmp_path, snap)
     with pytest.raises(SnapshotError, match=r"attack\.pickle") as info:
-        from memsnap_magic.intervals import read_interval
+        from memsnap_magic.scan import read_interval
 
         read_interval(path, 1)
     assert words in str(info.value) and "\n" not in str(info.value) and "\x1b" not in str(info.value)
@@ -177,9 +177,9 @@ def test_fields_the_analysis_reads_are_checked(tmp_path, mutate, words):
 def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
     # only the rows people see read frames, only the plot reads times: there, not at load, a
     # file's odd values become "?" (frames) or missing (times)
-    from memsnap_magic.intervals import read_interval
     from memsnap_magic.plots import detail_figure, png
     from memsnap_magic.readable import site_bytes
+    from memsnap_magic.scan import read_interval
     from memsnap_magic.text import blocks_table
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
@@ -193,7 +193,7 @@ def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
 
 
 def test_sums_written_as_none_are_read_as_absent(tmp_path):
-    from memsnap_magic.intervals import read_interval
+    from memsnap_magic.scan import read_interval
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
     seg = snap["segments"][0]
@@ -313,16 +313,6 @@ _LEAVES = st.one_of(
 )
 
 
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, (*prefix, i))
-
-
 def _base() -> dict:
     frames = [{"filename": "<ipython-input-3-x>", "line": 2, "name": "step"}]
     trace = [
@@ -339,7 +329,7 @@ def _base() -> dict:
     return snap
 
 
-_BASE_PATHS = [p for p in _paths(_base()) if p]
+_BASE_PATHS = [p for p in value_paths(_base()) if p]
 
 
 def _get(obj, path):
@@ -357,7 +347,7 @@ _VALUES = st.one_of(_LEAVES, st.tuples(st.just("ref"), st.sampled_from(_BASE_PAT
 @example([(("device_traces", 0, 0, "frames", 0), ("ref", ("device_traces", 0, 1, "frames")))])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
-    from memsnap_magic.intervals import read_interval
+    from memsnap_magic.scan import read_interval
     from memsnap_magic.session_state import Session
     from memsnap_magic.text import blocks_table, describe, interval_table
 

@@ -11,9 +11,9 @@ import pytest
 from IPython.core.error import UsageError
 
 import memsnap_magic
-from memsnap_magic import load_snapshot, session
+from memsnap_magic import load_snapshot, session, wait_for_writes
 from memsnap_magic.layout import process_token
-from memsnap_magic.state import STATE, wait_for_writes
+from memsnap_magic.state import STATE
 
 MiB = 1 << 20
 

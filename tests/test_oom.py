@@ -9,7 +9,8 @@ from pathlib import Path
 from snapshots import alloc, free, snapshot
 from test_widget import interval
 
-from memsnap_magic.intervals import interval_from_snapshot, read_run
+from memsnap_magic.intervals import interval_from_snapshot
+from memsnap_magic.scan import read_run
 from memsnap_magic.session_state import Session
 from memsnap_magic.text import describe, oom_report
 from memsnap_magic.widget import Dashboard

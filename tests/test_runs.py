@@ -13,7 +13,7 @@ from test_widget import _png_point, _send, bars, interval
 
 from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
-from memsnap_magic.intervals import read_run
+from memsnap_magic.scan import read_run
 from memsnap_magic.session_state import Session
 from memsnap_magic.widget import Dashboard
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from snapshots import value_paths
 
-from memsnap_magic import intervals, summaries
+from memsnap_magic import intervals, scan, summaries, wait_for_writes
 from memsnap_magic.cli import main
-from memsnap_magic.intervals import read_intervals
 from memsnap_magic.recorder import Recorder
+from memsnap_magic.scan import read_intervals
 from memsnap_magic.snapshot import SnapshotError, dump_snapshot, load_snapshot
-from memsnap_magic.state import wait_for_writes
 from memsnap_magic.text import blocks_table, describe, interval_table
 
 DATA = Path(__file__).parent / "data"
@@ -215,16 +215,6 @@ _JSON = st.recursive(
 )
 
 
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj[:3]):
-            yield from _paths(v, (*prefix, i))
-
-
 @pytest.fixture(scope="module")
 def one_summary(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
@@ -235,7 +225,7 @@ def one_summary(tmp_path_factory):
 @given(data=st.data())
 def test_hostile_summaries_never_crash_a_reader(one_summary, data):
     dump, _, obj = one_summary
-    paths = [p for p in _paths(obj) if p[:1] != ("snapshot",) and p[:1] != ("format",) and p[:1] != ("version",)]
+    paths = [p for p in value_paths(obj, items=3) if p[:1] not in (("snapshot",), ("format",), ("version",))]
     spoilt = json.loads(json.dumps(obj))
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(paths[1:]))
@@ -259,7 +249,7 @@ def test_hostile_summaries_never_crash_a_reader(one_summary, data):
 # Parallel cold scans: the same intervals as one process gives, the same first error.
 def test_parallel_scan_gives_what_a_serial_scan_gives(tmp_path, summary_cache, monkeypatch):
     folder = verl_folder(tmp_path, steps=(1, 2, 3), ranks=(0, 1))
-    monkeypatch.setattr(intervals, "PARALLEL_BYTES", 0)  # these small files would else stay in-process
+    monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)  # these small files would else stay in-process
     parallel = read_intervals([folder], jobs=2)
     for cached in summary_cache.glob("*.json"):
         cached.unlink()
@@ -274,7 +264,7 @@ def test_parallel_scan_raises_the_first_bad_file_as_serial_does(tmp_path, summar
     folder = verl_folder(tmp_path, steps=(1, 2, 3), ranks=(0,))
     for step in (2, 3):
         (folder / f"step{step}" / "torch_memory_rank0.pickle").write_bytes(b"\x80\x04 truncated")
-    monkeypatch.setattr(intervals, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)
     errors = []
     for jobs in (1, 3):
         with pytest.raises(SnapshotError) as e:

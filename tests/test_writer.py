@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 import memsnap_magic.snapshot as snapshot_module
-from memsnap_magic import summaries
+from memsnap_magic import session, summaries, wait_for_writes
 from memsnap_magic.recorder import Recorder
 from memsnap_magic.snapshot import load_snapshot
-from memsnap_magic.state import session, wait_for_writes
 
 SLOW = 0.4  # seconds each write takes here: long enough that a reader who does not wait misses it
 
@@ -86,7 +85,7 @@ def test_writes_keep_their_order_and_a_rerun_step_ends_with_the_last(tmp_path, s
 
 
 def summaries_read(path: Path):
-    from memsnap_magic.intervals import read_intervals
+    from memsnap_magic.scan import read_intervals
 
     return read_intervals([path])
 
