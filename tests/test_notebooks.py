@@ -148,3 +148,32 @@ def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
     ]
     loaded = next(o.text for c in nb.cells for o in c.get("outputs", []) if "loaded" in o.get("text", ""))
     assert "loaded 4 snapshot(s) into run 'ranks': steps 1, 2; ranks 0, 1" in loaded
+
+
+def test_a_real_kernel_loads_a_folder_over_worker_processes_and_reads_its_own_files(tmp_path):
+    """In ipykernel: %memsnap load spreads a cold folder over worker processes (forkserver from
+    a kernel), and a cell right after a %%memsnap cell finds that cell's file whole."""
+    from memsnap_magic.snapshot import dump_snapshot
+
+    for step in (1, 2):
+        for rank in (0, 1):
+            snap = load_snapshot(Path(__file__).parent / "data" / "cuda_step.pickle")
+            snap.pop("memsnap")
+            dump_snapshot(snap, tmp_path / "profile" / f"step{step}" / f"torch_memory_rank{rank}.pickle")
+    cells = [
+        "%load_ext memsnap_magic\nimport memsnap_magic, memsnap_magic.scan as scan\nscan.PARALLEL_BYTES = 0\n"
+        "used = []\nreal = scan._digests\n"
+        "scan._digests = lambda files, jobs, bar: (used.append(jobs), real(files, jobs, bar))[1]",
+        "%memsnap load profile as=verl",
+        "print(used, [(iv.step, iv.rank) for iv in memsnap_magic.session().runs['verl'].intervals])",
+        "%%memsnap device=cpu step=7\nimport torch\nx = torch.ones(10**6)",
+        "import glob\nfrom memsnap_magic import load_snapshot\n"
+        "print(len(glob.glob('memsnap/step7/*.pickle.summary.json')), "
+        "load_snapshot(glob.glob('memsnap/step7/*.pickle')[0])['memsnap']['step'])",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute(cwd=str(tmp_path))
+    text = lambda n: "".join(o.get("text", "") for o in nb.cells[n].outputs)  # noqa: E731
+    assert text(2).strip() == "[2] [(1, 0), (1, 1), (2, 0), (2, 1)]"
+    assert text(4).strip() == "1 7"
+    assert not [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
