@@ -19,8 +19,9 @@ import pickle
 import stat
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .schema import SnapshotError, excerpt, validate
 
@@ -126,17 +127,21 @@ def _one_line(e: BaseException, limit: int = 200) -> str:
 
 
 def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write ``snap`` atomically: a temporary file in the same folder, renamed into place.
+    """Write ``snap`` atomically (``write_atomically``), pickle protocol 4."""
+    return write_atomically(path, lambda f: pickle.dump(snap, f, protocol=PROTOCOL))
 
-    A crash mid-write leaves at most a hidden ``.tmp`` file, never a half file under ``path``.
-    """
+
+def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:
+    """Write a file through ``write(f)`` into a temporary file in the same folder, renamed into
+    place with normal permissions: a crash mid-write leaves at most a hidden ``.tmp`` file,
+    never a half file under ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(snap, f, protocol=PROTOCOL)
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

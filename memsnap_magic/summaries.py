@@ -29,14 +29,12 @@ how any of it is computed, changes: summaries of another version are recomputed 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
@@ -47,6 +45,7 @@ import numpy as np
 from .layout import META_KEY, Meta
 from .notice import warn
 from .schema import INT64, MAX_SUM, SnapshotError, excerpt
+from .snapshot import write_atomically
 
 FORMAT = "memsnap-summary"
 VERSION = 1
@@ -137,18 +136,9 @@ def _ignored(where: Path, e: BaseException) -> None:
 
 
 def _write(target: Path, obj: dict[str, Any]) -> None:
-    """Atomically, as snapshots are: a hidden temporary renamed into place."""
+    """Atomically, as snapshots are."""
     data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(target, lambda f: f.write(data))
 
 
 def _load(where: Path) -> Any:

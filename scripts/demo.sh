@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+rm -rf demo-out/memsnap  # each run's files only: the notebook and the README's picture read the folder
 .venv/bin/python scripts/run_notebook.py notebooks/demo.ipynb --out demo-out/demo.ipynb

@@ -64,6 +64,8 @@ def recorded(tmp_path):
 def test_recorder_writes_a_summary_beside_each_dump_and_readers_use_it(recorded, summary_cache, monkeypatch):
     dumps = sorted(recorded.rglob("*.pickle"))
     assert len(dumps) == 3 and all(summaries.beside(p).is_file() for p in dumps)
+    # readable by whoever may read the dump (a shared folder), not mkstemp's 0600
+    assert {p.stat().st_mode & 0o777 for p in dumps} == {summaries.beside(p).stat().st_mode & 0o777 for p in dumps}
     cold = [intervals.interval_from_snapshot(load_snapshot(p), p, file_bytes=p.stat().st_size) for p in dumps]
     monkeypatch.setattr(intervals, "load_snapshot", _no_unpickling)
     warm = read_intervals([recorded])
