@@ -63,6 +63,7 @@ class Interval(Figures):
     # the device's free bytes then, what was allocated and alive at that moment (by category,
     # by site); None when the step ran in memory
     oom: dict[str, Any] | None = None
+    end_us: int | None = None  # when the snapshot was taken (µs since the epoch); None where a file does not say
     cumulative_peak_allocated: int = 0
     cumulative_trace_entries: int = 0
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
@@ -172,6 +173,7 @@ def interval_from_digest(
         incomplete=meta.incomplete,
         usage_start=meta.usage_start,
         usage_end=meta.usage_end,
+        end_us=meta.end_us,
         run=_first(run, meta.run, folder_run(path) if path is not None else ""),
         **{key: d[key] for key in CONTENT},
     )

@@ -135,7 +135,8 @@ class MemsnapMagics(Magics):
             paths = [w for w in words if not w.startswith("as=")]
             if not paths:
                 raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
-            loaded = read_run(paths, run)  # every file first: a bad one leaves the session as it was
+            # every file first: a bad one leaves the session as it was; a bar while cold files are read
+            loaded = read_run(paths, run, progress=True)
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
         replaced = sum(STATE.session.add(iv) is not None for iv in loaded)

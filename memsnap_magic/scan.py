@@ -60,7 +60,7 @@ def read_intervals(
         jobs = 1
     bar = None
     if progress and len(todo) > 1:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm  # a widget in a notebook, text on a terminal
 
         bar = tqdm(total=len(todo), unit="file", desc="memsnap: reading", leave=False)
     try:
@@ -126,12 +126,21 @@ def _digest_or_error(path: Path) -> dict[str, Any] | SnapshotError:
         return e
 
 
-def in_step_order(intervals: Iterable[Interval]) -> list[Interval]:
-    """Run by run (in the order each first appears), each in step and rank order."""
+def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[Interval]:
+    """Run by run, each in step and rank order. Runs come in the order each first appears, or
+    with ``by_time`` in the order they were recorded (runs whose files say when first, then
+    the rest as they appear): a folder's runs as the session that recorded them had them, not
+    by their folders' names."""
     intervals = list(intervals)
-    first: dict[str, int] = {}
+    first: dict[str, tuple[Any, ...]] = {}
     for n, iv in enumerate(intervals):
-        first.setdefault(iv.run, n)
+        first.setdefault(iv.run, (n,))
+    if by_time:
+        began: dict[str, int] = {}
+        for iv in intervals:
+            if iv.end_us is not None:
+                began[iv.run] = min(began.get(iv.run, iv.end_us), iv.end_us)
+        first = {run: (run not in began, began.get(run, 0), *n) for run, n in first.items()}
     return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank))
 
 
@@ -143,7 +152,7 @@ def read_run(
 
     In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
     the cumulative figures are what a never-cleared recording would have shown step by step."""
-    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs))
+    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs), by_time=True)
     if name is not None:
         runs = sorted({iv.run for iv in loaded})
         if len(runs) > 1:

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 from test_widget import _png_point, _send, bars, interval
 
-from memsnap_magic import Recorder, session, wait_for_writes
+from memsnap_magic import Recorder, dump_snapshot, load_snapshot, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.scan import read_run
 from memsnap_magic.session_state import Session
@@ -78,7 +78,7 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     capsys.readouterr()
     # the whole folder: the session's files (a folder of step folders: "memsnap") and "after"
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'}")
-    assert "into runs 'after' (1), 'memsnap' (1)" in capsys.readouterr().out
+    assert "into runs 'memsnap' (1), 'after' (1)" in capsys.readouterr().out  # as they were recorded
     assert sorted(session().runs) == ["after", "memsnap"]
     # as= names the run; loading the same files again replaces them within that run
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
@@ -193,3 +193,15 @@ def test_loaded_steps_count_in_step_order_whatever_order_the_paths_came_in(tmp_p
     assert [iv.cumulative_trace_entries for iv in s.intervals] == list(
         accumulate(iv.trace_entries for iv in s.intervals)
     )
+
+
+def test_a_folders_runs_come_in_the_order_they_were_recorded_not_by_name(tmp_path):
+    import torch
+
+    for run in ("zeta", "alpha"):  # recorded first, named last
+        with Recorder(device="cpu", out=tmp_path, run=run, step=1, session=Session()):
+            keep = torch.ones(2**10)  # noqa: F841
+    foreign = load_snapshot(next((tmp_path / "zeta").rglob("*.pickle")))
+    foreign.pop("memsnap")  # a file that does not say when it was taken comes after those that do
+    dump_snapshot(foreign, tmp_path / "aaa" / "step1" / "torch_memory_rank0.pickle")
+    assert [iv.run for iv in read_run([tmp_path])] == ["zeta", "alpha", "aaa"]
