@@ -56,11 +56,12 @@ def read_intervals(
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
     jobs = min(default_jobs() if jobs is None else max(jobs, 1), len(todo))
-    if jobs > 1 and sum(stats[n].st_size for n in todo) < PARALLEL_BYTES:
+    small = sum(stats[n].st_size for n in todo) < PARALLEL_BYTES
+    if small:
         jobs = 1
     bar = None
-    if progress and len(todo) > 1:
-        from tqdm.auto import tqdm  # a widget in a notebook, text on a terminal
+    if progress and len(todo) > 1 and not (small and len(todo) < 50):  # a bar only where reading takes a while
+        from tqdm import tqdm  # text, also in a notebook: a widget bar would leave a saved notebook a missing model
 
         bar = tqdm(total=len(todo), unit="file", desc="memsnap: reading", leave=False)
     try:
