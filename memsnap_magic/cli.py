@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .readable import clean, one_line
+from .scan import default_jobs
 from .snapshot import SnapshotError
 from .text import fmt_bytes, interval_table, step_list
 
@@ -53,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memsnap: {message} (see memsnap --help)\n")
 
 
-def _session(paths: Sequence[str], jobs: int | None = None) -> Any:
+def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
     from .layout import TAG_PATTERN
@@ -88,7 +89,7 @@ def _leak_sites(s: Any) -> dict[int, list[Any]]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
-    s = _session(args.paths, args.jobs)
+    s = _session(args.paths, args.jobs or default_jobs())
     flagged = _leak_sites(s)
     if args.json:
         records = []
@@ -112,7 +113,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from .plots import overview_figure, png, ranks_figure, runs_figure
 
-    s = _session(args.paths, args.jobs)
+    s = _session(args.paths, args.jobs or default_jobs())
     runs = s.runs
     several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
     if len(runs) > 1:

@@ -118,7 +118,7 @@ class MemsnapMagics(Magics):
         import shlex
 
         from .readable import one_line
-        from .scan import read_run
+        from .scan import default_jobs, read_run
         from .snapshot import SnapshotError
         from .text import loaded_line
         from .values import Tag
@@ -136,7 +136,7 @@ class MemsnapMagics(Magics):
             if not paths:
                 raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
             # every file first: a bad one leaves the session as it was; a bar while cold files are read
-            loaded = read_run(paths, run, progress=True)
+            loaded = read_run(paths, run, progress=True, jobs=default_jobs())
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
         replaced = sum(STATE.session.add(iv) is not None for iv in loaded)

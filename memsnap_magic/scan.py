@@ -37,16 +37,18 @@ def default_jobs() -> int:
 
 
 def read_intervals(
-    paths: Iterable[str | os.PathLike[str]], progress: bool = False, jobs: int | None = None, position: int = 1
+    paths: Iterable[str | os.PathLike[str]], progress: bool = False, jobs: int = 1, position: int = 1
 ) -> list[Interval]:
     """Files and folders (searched recursively) as intervals, with a progress bar if asked; the
     n-th file's step is ``position + n`` when nothing names one.
 
     A file's summary (beside it or cached, see ``summaries``) stands in for it while it is the
-    same file; the others are read, by ``jobs`` worker processes (default: the cores) where
-    they add up to ``PARALLEL_BYTES`` or more, and their summaries cached. The first bad file
-    in order raises, whichever process read it. Files this process is still writing are waited
-    for first."""
+    same file; the others are read, by ``jobs`` worker processes where they add up to
+    ``PARALLEL_BYTES`` or more (the CLI and ``%memsnap load`` use ``default_jobs()``), and
+    their summaries cached. Workers import the main module again, as ``multiprocessing``
+    does: a script that asks for them guards its code with ``if __name__ == "__main__":``.
+    The first bad file in order raises, whichever process read it. Files this process is
+    still writing are waited for first."""
     from . import summaries
     from .writer import wait_for_writes
 
@@ -55,7 +57,7 @@ def read_intervals(
     stats = [_stat(p) for p in files]
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
-    jobs = min(default_jobs() if jobs is None else max(jobs, 1), len(todo))
+    jobs = min(max(jobs, 1), len(todo))
     small = sum(stats[n].st_size for n in todo) < PARALLEL_BYTES
     if small:
         jobs = 1
@@ -146,7 +148,7 @@ def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[
 
 
 def read_run(
-    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int | None = None
+    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int = 1
 ) -> list[Interval]:
     """Every file under ``paths`` as intervals, each in its own run (see ``interval_from_digest``),
     or all in the run ``name``: then they must hold one run, so naming never merges two.
