@@ -212,3 +212,4 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
             fontsize=FONT,
             color=color,
         )
+        ax.update_datalim([(worst, values[worst] * 1.25)])  # room for the label inside the frame
