@@ -199,7 +199,7 @@ def test_a_folders_runs_come_in_the_order_they_were_recorded_not_by_name(tmp_pat
     import torch
 
     for run in ("zeta", "alpha"):  # recorded first, named last
-        with Recorder(device="cpu", out=tmp_path, run=run, step=1, session=Session()):
+        with Recorder(device="cpu", out=tmp_path, run=run, step=1, session=Session(), wait=True):
             keep = torch.ones(2**10)  # noqa: F841
     foreign = load_snapshot(next((tmp_path / "zeta").rglob("*.pickle")))
     foreign.pop("memsnap")  # a file that does not say when it was taken comes after those that do
