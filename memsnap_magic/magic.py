@@ -49,7 +49,9 @@ class MemsnapMagics(Magics):
         namespace, same exceptions and traceback), then the snapshot is written to
         ``{layout}`` (open it at pytorch.org/memory_viz), the
         history is cleared and recording stops. The snapshot is written even when the cell
-        raises or is interrupted. A one-line summary follows: peak, increase over the start,
+        raises or is interrupted, in the background (the next cell waits for it; wait=true
+        writes before the cell returns), with a small summary beside it that makes reading the
+        folder again fast. A one-line summary follows: peak, increase over the start,
         what the step kept, the change against the previous step, the file.
 
         With ``steps=1,5,10``, call ``mark(step)`` at the start of every step of a loop inside
