@@ -50,6 +50,10 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    must carry an ``unknown`` category (memory_viz throws without one).
 11. ``newer_options``: ``compile_context=`` and ``skip_actions=`` pass through where this torch's
    signature has them, else a one-line UsageError and the cell does not run (CPU: refused).
+12. ``files``: three back-to-back cells (keep, keep, free): each step's baseline must equal the
+   end of the step before it (continuity); each file must be pickle protocol 4 with a step mark on
+   every entry and frames on every allocation, and its summary beside it must read back to the
+   very figures, blocks and timeline the file gives.
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -725,6 +729,60 @@ def section_newer_options(state: State) -> None:
     state.results["newer_options"] = {**found, "ok": all(f["ok"] for f in found.values())}
 
 
+def section_files(state: State) -> None:
+    from memsnap_magic import load_snapshot, summaries
+    from memsnap_magic.intervals import interval_from_snapshot
+    from memsnap_magic.scan import read_intervals
+
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    plan = state.plan
+    steps = (70, 71, 72)
+    for n, step in enumerate(steps):
+        body = f"_files_{n} = torch.ones({(n + 1) << 18}, device=_dev)\n" + ("del _files_0\n" if n == 2 else "")
+        res, _ = run_cell(state, f"%%memsnap step={step} device={plan.device} tag=files\n{body}sync()\n")
+        require_success(res, "files cell")
+    ivs = [interval_for(step, "files") for step in steps]
+    continuity = [
+        {
+            "step": b.step,
+            "baseline": b.baseline_allocated,
+            "previous_end": a.end_allocated,
+            "ok": b.baseline_allocated == a.end_allocated,
+        }
+        for a, b in zip(ivs, ivs[1:])
+    ]
+    files = []
+    for iv in ivs:
+        path = abs_path(iv.path)
+        snap = load_snapshot(path)
+        trace = device_trace(snap, plan)
+        allocs = [e for e in trace if e["action"] == "alloc"]
+        (warm,) = read_intervals([path])  # from the summary beside it
+        cold = interval_from_snapshot(snap, path, file_bytes=path.stat().st_size)
+        same = (
+            warm.to_record() == cold.to_record()
+            and warm.top_blocks == cold.top_blocks
+            and warm.allocated.tolist() == cold.allocated.tolist()
+            and warm.time_us.tolist() == cold.time_us.tolist()
+        )
+        files.append(
+            {
+                "step": iv.step,
+                "protocol_4": path.read_bytes()[:2] == b"\x80\x04",
+                "entries": len(trace),
+                "marked": bool(trace)
+                and all(str(e.get("user_metadata", "")).startswith(f"memsnap step {iv.step}") for e in trace),
+                "frames_on_allocs": bool(allocs) and all(e.get("frames") for e in allocs),
+                "summary_beside": summaries.beside(path).is_file(),
+                "summary_equals_file": same,
+            }
+        )
+    flags = ("protocol_4", "marked", "frames_on_allocs", "summary_beside", "summary_equals_file")
+    ok = all(c["ok"] for c in continuity) and all(f[k] for f in files for k in flags)
+    state.results["files"] = {"continuity": continuity, "files": files, "ok": ok}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -1122,6 +1180,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("views", section_views),
     ("categories", section_categories),
     ("newer_options", section_newer_options),
+    ("files", section_files),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1192,6 +1251,7 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "demo_ok": (results.get("demo") or {}).get("ok"),
         "categories_ok": (results.get("categories") or {}).get("ok"),
         "newer_options_ok": (results.get("newer_options") or {}).get("ok"),
+        "files_ok": (results.get("files") or {}).get("ok"),
     }
 
 

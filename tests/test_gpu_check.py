@@ -73,6 +73,7 @@ def test_json_has_the_documented_keys_and_types(dry_run):
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
     assert data["categories"]["ok"] and len(data["categories"]["steps"]) == 6, data["categories"]
     assert data["newer_options"]["ok"], data["newer_options"]  # the CPU refuses both, the cell unrun
+    assert data["files"]["ok"] and len(data["files"]["files"]) == 3, data["files"]  # continuity, marks, summaries
     assert data["async_allocator"]["skipped"] is True
     assert all(s["ok"] for s in data["sections"].values())
     steps = data["steps"]
