@@ -16,14 +16,13 @@ of the safety alone.
 
 from __future__ import annotations
 
-import gc
 import pickle
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from common import REPO_ROOT, Context, Row, interleaved, ratio_row, snapshot, tiled_cuda_snapshot
+from common import REPO_ROOT, Context, Row, interleaved, pickle_loads_of, ratio_row, snapshot, tiled_cuda_snapshot
 
 NAME = "load"
 
@@ -58,17 +57,7 @@ def _peak_kib(how: str, path: Path) -> int:
 def _timed_row(ctx: Context, name: str, what: str, path: Path, limit: float, **details: object) -> Row:
     from memsnap_magic.snapshot import load_snapshot
 
-    def plain() -> None:
-        with open(path, "rb") as f:
-            pickle.load(f)
-
-    def plain_gc_off() -> None:
-        gc.disable()
-        try:
-            plain()
-        finally:
-            gc.enable()
-
+    plain, plain_gc_off = pickle_loads_of(path)
     times = interleaved(
         {"measured": lambda: load_snapshot(path), "reference": plain, "gc_off": plain_gc_off}, ctx.repeats
     )

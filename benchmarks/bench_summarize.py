@@ -15,12 +15,11 @@ shares its frames between entries as PyTorch's files do, so its load is cheaper 
 
 from __future__ import annotations
 
-import gc
 import pickle
 import statistics
 from typing import Any, Callable
 
-from common import Context, Row, interleaved, ratio_row, snapshot, tiled_cuda_snapshot
+from common import Context, Row, interleaved, pickle_loads_of, ratio_row, snapshot, tiled_cuda_snapshot
 
 NAME = "summarize"
 
@@ -57,16 +56,7 @@ def measure(
     path.write_bytes(pickle.dumps(build(), protocol=4))
     snap = pickle.loads(path.read_bytes())  # summarised as loaded from the file
 
-    def load() -> None:
-        with open(path, "rb") as f:
-            pickle.load(f)
-
-    def load_gc_off() -> None:
-        gc.disable()
-        try:
-            load()
-        finally:
-            gc.enable()
+    load, load_gc_off = pickle_loads_of(path)
 
     times = interleaved(
         {

@@ -112,6 +112,24 @@ def interleaved(
     return times
 
 
+def pickle_loads_of(path: Path) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``pickle.load`` of ``path``, and the same with the cyclic collector paused (as
+    ``load_snapshot`` pauses it): the two references of the loading and summarising rows."""
+
+    def plain() -> Any:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    def gc_off() -> Any:
+        gc.disable()
+        try:
+            return plain()
+        finally:
+            gc.enable()
+
+    return plain, gc_off
+
+
 def rss_bytes() -> int:
     """Resident set size of this process (``/proc/self/statm``; psutil elsewhere)."""
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import os
 import pickle
 import stat
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .nogc import no_gc
 from .schema import SnapshotError, excerpt, validate
 
 __all__ = ["MAX_FILE_BYTES", "PROTOCOL", "SnapshotError", "dump_snapshot", "load_snapshot", "max_file_bytes"]
@@ -98,17 +98,13 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
                 f"{path}: {st.st_size:,} bytes, over the {limit:,}-byte limit (raise it with "
                 "$MEMSNAP_MAX_FILE_BYTES or load_snapshot(..., max_bytes=))"
             )
-        collecting = gc.isenabled()
-        gc.disable()  # a snapshot is a tree: the collector's passes over it find nothing to free
         try:
-            snap = _NoGlobals(f).load()
+            with no_gc():  # a snapshot is a tree: the collector's passes over it find nothing to free
+                snap = _NoGlobals(f).load()
         except pickle.UnpicklingError as e:
             raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
         except Exception as e:  # truncated, corrupt, deeply nested, too large for memory...
             raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {_one_line(e)})") from None
-        finally:
-            if collecting:
-                gc.enable()
     try:
         validate(snap, budget=max(st.st_size * ENTRIES_PER_BYTE, 1 << 16))
     except SnapshotError as e:

@@ -29,7 +29,6 @@ how any of it is computed, changes: summaries of another version are recomputed 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -43,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from .layout import META_KEY, Meta
-from .notice import warn
 from .schema import INT64, MAX_SUM, SnapshotError, excerpt
 from .snapshot import write_atomically
+from .state import STATE
 
 FORMAT = "memsnap-summary"
 VERSION = 1
@@ -116,23 +115,20 @@ def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
     try:
         _write(cached(snapshot), encode(d, st, os.path.abspath(snapshot)))
     except OSError as e:
-        _unwritable(str(cache_dir()), e.strerror or str(e))
-
-
-@functools.cache
-def _unwritable(folder: str, reason: str) -> None:
-    warn(f"memsnap: cannot cache summaries in {folder}: {reason}; set $MEMSNAP_CACHE_DIR to a writable folder")
-
-
-_warned: set[str] = set()
+        folder, reason = cache_dir(), e.strerror or str(e)
+        STATE.warn_once(
+            f"summary cache {folder}",
+            f"memsnap: cannot cache summaries in {folder}: {reason}; set $MEMSNAP_CACHE_DIR to a writable folder",
+        )
 
 
 def _ignored(where: Path, e: BaseException) -> None:
     """One warning per summary file and process: a bad one is read past, never trusted."""
-    if str(where) not in _warned:
-        _warned.add(str(where))
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        warn(f"memsnap: ignoring the summary {where}: {excerpt(reason, 200)[1:-1]}; reading its snapshot instead")
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    STATE.warn_once(
+        f"summary {where}",
+        f"memsnap: ignoring the summary {where}: {excerpt(reason, 200)[1:-1]}; reading its snapshot instead",
+    )
 
 
 def _write(target: Path, obj: dict[str, Any]) -> None:

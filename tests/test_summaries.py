@@ -20,6 +20,7 @@ from memsnap_magic.cli import main
 from memsnap_magic.recorder import Recorder
 from memsnap_magic.scan import read_intervals
 from memsnap_magic.snapshot import SnapshotError, dump_snapshot, load_snapshot
+from memsnap_magic.state import STATE
 from memsnap_magic.text import blocks_table, describe, interval_table
 
 DATA = Path(__file__).parent / "data"
@@ -150,7 +151,7 @@ def test_a_malformed_summary_is_ignored_with_one_warning(tmp_path, spoil, said):
     dump, beside, _ = _summary_of(tmp_path)
     expected = intervals.interval_from_snapshot(load_snapshot(dump), dump, file_bytes=dump.stat().st_size)
     spoil(beside)
-    summaries._warned.clear()
+    STATE.warned.clear()
     iv, messages = _read_warning(dump)
     same(iv, expected)
     if said:
@@ -166,7 +167,7 @@ def test_a_summary_that_is_not_a_regular_file_is_never_waited_on(tmp_path):
     dump, beside, _ = _summary_of(tmp_path)
     beside.unlink()
     os.mkfifo(beside)  # opening a FIFO for reading would block until a writer came
-    summaries._warned.clear()
+    STATE.warned.clear()
     iv, messages = _read_warning(dump)
     assert iv.peak_allocated > 0 and len(messages) == 1 and "not a regular file" in messages[0]
 
@@ -199,7 +200,7 @@ def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypa
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(blocker / "cache"))
-    summaries._unwritable.cache_clear()
+    STATE.warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loaded = read_intervals([folder])

@@ -11,31 +11,17 @@ event one by one (``tests/cpu_reference.py`` keeps that older reader; the tests 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections import deque
-from collections.abc import Iterator
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 from typing import Any
+
+from ..nogc import no_gc
 
 _FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
 _TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
 STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Hold the cyclic GC off while building many small objects next to a large tree of profiler
-    events: each collection would walk them all (a 40k-event cell spent 3x longer in collections)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Tables:
