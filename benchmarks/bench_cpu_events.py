@@ -7,7 +7,7 @@ nothing else) enabled, the loop, ``_disable_profiler()``. Everything the cell co
 the magic's, the Python tracer that gives allocations their stacks included: reading the events,
 the namespace walks, building, writing and summarising the snapshot. Rows:
 
-- the cell with ``max_entries=1000`` on 300k events / the bare session (target <= 1.25x: what
+- the cell with ``max_entries=1000`` on 300k events / the bare session (target <= 1.2x: what
   ``max_entries`` keeps out of the file must also stay out of the work), ``context=none`` in the note;
 - 40k allocations (80k events) with every entry kept (target <= 1.5x), and the same with
   ``context=none`` (no tracer, no stacks) in the note;
@@ -15,7 +15,11 @@ the namespace walks, building, writing and summarising the snapshot. Rows:
   session's, each from fresh processes);
 - peak RSS of a fresh process running the cell (300k events), above a fresh process running the
   bare session (target <= 150 MB); in the note the bare session's own growth (~2 KB per event),
-  the same session with the Python tracer on, and the cell with ``context=none``.
+  the same session with the Python tracer on, and the cell with ``context=none``;
+- PyTorch's own floors under the first two rows, which no reader of its events can go under: the
+  bare session with the Python tracer on (what the stacks cost inside PyTorch), and the bare session
+  followed by reading every event's address and size through its Python API (the event tree and
+  each event's fields, C-level passes), both as ratios to the bare session.
 """
 
 from __future__ import annotations
@@ -26,27 +30,41 @@ import subprocess
 import sys
 import textwrap
 
-from common import REPO_ROOT, Context, Row, close_shell, interleaved, make_shell, run_cell, torch_threads
+from common import (
+    BARE,
+    BARE_TRACER,
+    REPO_ROOT,
+    Context,
+    Row,
+    close_shell,
+    interleaved,
+    make_shell,
+    run_cell,
+    torch_threads,
+)
 
 NAME = "cpu_events"
 
-BARE = """
-from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
-from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
-_config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
-_prepare_profiler(_config, {ProfilerActivity.CPU})
-_enable_profiler(_config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
+# The least any reader of the bare session's events through PyTorch's Python API can do: the
+# event tree, each event's fields, address and size, read by C-level passes and let go.
+READ_EVERY_EVENT = """
+from operator import attrgetter as _get
+_fields = list(map(_get("extra_fields"), _disable_profiler().experimental_event_tree()))
+list(map(_get("ptr"), _fields)), list(map(_get("alloc_size"), _fields))
+del _fields
 """
-BARE_TRACER = BARE.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")  # with_stack=True
-assert BARE_TRACER != BARE
 
 
 def loop(events: int) -> str:
     return f"for _ in range({events // 2}):\n    t = torch.empty(4)\n"
 
 
-def time_cells(ctx: Context, cells: dict[str, tuple[int, str]], repeats: dict[str, int]) -> dict[str, dict]:
-    """Each named cell (``(events, magic line)``) against the bare session on the same loop, interleaved."""
+def time_cells(
+    ctx: Context, cells: dict[str, tuple[int, str]], repeats: dict[str, int], floors: tuple[str, ...] = ()
+) -> dict[str, dict]:
+    """Each named cell (``(events, magic line)``) against the bare session on the same loop,
+    interleaved; for the cells in ``floors`` also PyTorch's floors: the bare session with the
+    Python tracer on (what stacks cost PyTorch) and the bare session with every event read."""
     shell = make_shell(ctx.work / "cpu_events")
     try:
         run_cell(shell, "import torch")
@@ -54,13 +72,15 @@ def time_cells(ctx: Context, cells: dict[str, tuple[int, str]], repeats: dict[st
         out = {}
         for name, (n, magic) in cells.items():
             bare = BARE + loop(n) + "_disable_profiler()\n"
-            out[name] = interleaved(
-                {
-                    "measured": lambda n=n, magic=magic: run_cell(shell, f"{magic}\n{loop(n)}"),
-                    "reference": lambda bare=bare: run_cell(shell, bare),
-                },
-                repeats.get(name, ctx.repeats),
-            )
+            calls = {
+                "measured": lambda n=n, magic=magic: run_cell(shell, f"{magic}\n{loop(n)}"),
+                "reference": lambda bare=bare: run_cell(shell, bare),
+            }
+            if name in floors:
+                tracer, read = BARE_TRACER + loop(n) + "_disable_profiler()\n", BARE + loop(n) + READ_EVERY_EVENT
+                calls["bare_tracer"] = lambda tracer=tracer: run_cell(shell, tracer)
+                calls["read_every_event"] = lambda read=read: run_cell(shell, read)
+            out[name] = interleaved(calls, repeats.get(name, ctx.repeats))
         return out
     finally:
         close_shell(shell)
@@ -111,10 +131,16 @@ def run(ctx: Context) -> list[Row]:
         **{f"scale_{n}": (n, "%%memsnap device=cpu max_entries=1000") for n in sizes},
     }
     with torch_threads(1):
-        times = time_cells(ctx, cells, {f"scale_{n}": min(ctx.repeats, 3) for n in sizes if n >= 500_000})
+        times = time_cells(
+            ctx, cells, {f"scale_{n}": min(ctx.repeats, 3) for n in sizes if n >= 500_000}, floors=("main", "kept")
+        )
     med = {k: {side: statistics.median(v) for side, v in t.items()} for k, t in times.items()}
     ratio = {k: m["measured"] / m["reference"] for k, m in med.items()}
     ours_us = {k: (m["measured"] - m["reference"]) / cells[k][0] * 1e6 for k, m in med.items()}
+    floors = {  # PyTorch's, as ratios to the bare session: the tracer's, and reading every event
+        k: {f: med[k][f] / med[k]["reference"] for f in ("bare_tracer", "read_every_event")} for k in ("main", "kept")
+    }
+    beyond_tracer_us = {k: (med[k]["measured"] - med[k]["bare_tracer"]) / cells[k][0] * 1e6 for k in floors}
     rows = [
         Row(
             "cpu_cell_vs_bare",
@@ -122,17 +148,22 @@ def run(ctx: Context) -> list[Row]:
             "bare profiler session, same loop",
             ratio["main"],
             "x",
-            "<= 1.25x",
-            ratio["main"] <= 1.25,
+            "<= 1.2x",
+            ratio["main"] <= 1.2,
             {
                 "median_s": med["main"],
                 "times_s": times["main"],
                 "ours_us_per_event": ours_us["main"],
+                "beyond_tracer_us_per_event": beyond_tracer_us["main"],
+                "floors": floors["main"],
                 "no_stacks_ratio": ratio["main_no_stacks"],
                 "no_stacks_median_s": med["main_no_stacks"],
+                "no_stacks_ours_us_per_event": ours_us["main_no_stacks"],
             },
-            f"{ours_us['main']:.2f} µs per event ours; bare = {med['main']['reference']:.2f} s; "
-            f"context=none: {ratio['main_no_stacks']:.2f}x",
+            f"{ours_us['main']:.2f} µs per event ours, {beyond_tracer_us['main']:.2f} beyond the session with "
+            f"the tracer ({floors['main']['bare_tracer']:.2f}x); context=none: {ratio['main_no_stacks']:.2f}x, "
+            f"{ours_us['main_no_stacks']:.2f} µs per event, reading every event alone "
+            f"{floors['main']['read_every_event']:.2f}x; bare = {med['main']['reference']:.2f} s",
         ),
         Row(
             "cpu_cell_all_kept",
@@ -149,6 +180,29 @@ def run(ctx: Context) -> list[Row]:
                 "no_stacks_median_s": med["kept_no_stacks"],
             },
             f"context=none (no Python tracer): {ratio['kept_no_stacks']:.2f}x",
+        ),
+        Row(
+            "cpu_floor_python_tracer",
+            f"the bare session with PyTorch's Python tracer on (what stacks cost PyTorch), {main:,} events",
+            "bare profiler session, same loop",
+            floors["main"]["bare_tracer"],
+            "x",
+            "report only",
+            None,
+            {"at_kept": floors["kept"]["bare_tracer"], "median_s": med["main"]["bare_tracer"]},
+            f"{floors['kept']['bare_tracer']:.2f}x at {kept:,} events",
+        ),
+        Row(
+            "cpu_floor_read_every_event",
+            f"the bare session, then every event's address and size read through PyTorch's API, {main:,} events",
+            "bare profiler session, same loop",
+            floors["main"]["read_every_event"],
+            "x",
+            "report only",
+            None,
+            {"at_kept": floors["kept"]["read_every_event"], "median_s": med["main"]["read_every_event"]},
+            f"{(med['main']['read_every_event'] - med['main']['reference']) / main * 1e6:.2f} µs per event; "
+            f"{floors['kept']['read_every_event']:.2f}x at {kept:,} events",
         ),
     ]
     peaks = {

@@ -300,6 +300,20 @@ def interval_from(snap: dict[str, Any], step: int, path: Path | None = None) -> 
 
 # --------------------------------------------------------------------------- IPython cells
 
+# The bare profiler session (the CPU route's floor): what a cell does to open the cheapest session
+# that sees the same allocation events (CPU activity, user scope, profile_memory on, nothing else);
+# the code measured follows it, then ``_disable_profiler()``. With the Python tracer on: BARE_TRACER.
+BARE = """
+from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
+_config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
+_prepare_profiler(_config, {ProfilerActivity.CPU})
+_enable_profiler(_config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
+"""
+BARE_TRACER = BARE.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")  # with_stack=True
+assert BARE_TRACER != BARE
+
+
 MLP_SETUP = """
 import torch
 torch.manual_seed(0)

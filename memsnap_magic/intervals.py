@@ -17,6 +17,7 @@ from .backends.registry import trace_index
 from .figures import Figures
 from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
+from .readable import plain_frames, site
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
 
@@ -132,8 +133,6 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
 def _plain(block: dict[str, Any]) -> dict[str, Any]:
     """An item of ``alive_at`` as plain values: its frames as ``plain_frames``, a category only
     where the file gave a name."""
-    from .readable import plain_frames
-
     category = block.get("category")
     return {
         "size": block["size"],
@@ -174,7 +173,7 @@ def interval_from_digest(
         usage_start=meta.usage_start,
         usage_end=meta.usage_end,
         end_us=meta.end_us,
-        run=_first(run, meta.run, folder_run(path) if path is not None else ""),
+        run=_run_of(run, meta, path),
         **{key: d[key] for key in CONTENT},
     )
 
@@ -190,8 +189,6 @@ SITES = 20  # sites kept per interval
 
 def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
     """[site, bytes, blocks] of ``blocks``, largest first, the ``SITES`` largest."""
-    from .readable import site
-
     sites: dict[str, list[Any]] = {}
     named: dict[int, str] = {}  # files share one frame list among many blocks
     for b in blocks:
@@ -240,6 +237,16 @@ def _category_figures(summary: Any, at_peak: list[dict[str, Any]]) -> dict[str, 
     at_end = totals([(b.get("category"), int(s)) for b, s in zip(blocks, sizes.tolist())])
     peak = totals([(b["category"], b["size"]) for b in at_peak])
     return {"by_category": at_end or {}, "by_category_at_peak": peak or {}}
+
+
+def _run_of(run: str | None, meta: Meta, path: Path | None) -> str:
+    """The run given, else the one recorded, else the folder's (resolved only if needed: a path
+    resolved costs a system call per folder, on every recorded cell)."""
+    if run is not None:
+        return run
+    if meta.run is not None:
+        return meta.run
+    return folder_run(path) if path is not None else ""
 
 
 def _first(*values: Any) -> Any:

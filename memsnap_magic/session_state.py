@@ -8,6 +8,7 @@ its run, and cumulative figures never reach across runs.
 
 from __future__ import annotations
 
+import bisect
 import types
 import weakref
 from dataclasses import dataclass
@@ -34,16 +35,27 @@ def _key(iv: Interval) -> tuple[Any, ...]:
     return (iv.run, iv.step, iv.rank, iv.device, iv.tag)
 
 
+def _stream(iv: Interval) -> tuple[str, int, str]:
+    """What cumulative figures accumulate over: one run's steps on one rank and device."""
+    return (iv.run, iv.rank, iv.device)
+
+
 class Session:
     """Intervals in the order added, each in its run; re-running a step replaces its interval
     in place within its run."""
 
     def __init__(self) -> None:
-        self.intervals: list[Interval] = []  # every run's
+        self.intervals: list[Interval] = []  # every run's; read it, change it only through add and reset
         self.defaults: dict[str, Any] = {}  # %memsnap config: option -> value, over the table's defaults
         self.last: Interval | None = None  # the interval added most recently
         self.last_replaced: Interval | None = None  # the one ``last`` replaced, if any
         self._listeners: list[Any] = []
+        # Indexes kept by ``add``, so a cell costs the same at step 5,000 as at step 5:
+        self._where: dict[tuple[Any, ...], int] = {}  # _key -> its position in ``intervals``
+        self._tails: dict[tuple[str, int, str], Interval] = {}  # each stream's interval added last
+        self._steps: dict[tuple[str, int, str], dict[int, Interval]] = {}  # stream -> step -> first added
+        self._sorted: dict[tuple[str, int, str], list[int]] = {}  # stream -> its steps, ascending
+        self._top: dict[str, int] = {}  # run -> its highest step
 
     @property
     def runs(self) -> dict[str, Run]:
@@ -54,28 +66,38 @@ class Session:
         return {name: Run(name, ivs) for name, ivs in runs.items()}
 
     def next_step(self, run: str = "") -> int:
-        return max((i.step for i in self.intervals if i.run == run), default=0) + 1
+        return self._top.get(run, 0) + 1
 
     def previous(self, interval: Interval) -> Interval | None:
-        """The interval before ``interval`` in its run, on the same rank and device, by step."""
-        earlier = [
-            i
-            for i in self.intervals
-            if (i.run, i.rank, i.device) == (interval.run, interval.rank, interval.device) and i.step < interval.step
-        ]
-        return max(earlier, key=lambda i: i.step) if earlier else None
+        """The interval before ``interval`` in its run, on the same rank and device, by step
+        (of several with that step, the first added)."""
+        stream = _stream(interval)
+        steps = self._sorted.get(stream, [])
+        below = bisect.bisect_left(steps, interval.step)
+        return self._steps[stream][steps[below - 1]] if below else None
 
     def add(self, interval: Interval) -> Interval | None:
         """Add ``interval``; returns the interval of the same step in its run it replaced, if any."""
-        key, replaced = _key(interval), None
-        for n, old in enumerate(self.intervals):
-            if _key(old) == key:
-                replaced, self.intervals[n] = old, interval
-                break
+        key, stream = _key(interval), _stream(interval)
+        n = self._where.get(key)
+        replaced = self.intervals[n] if n is not None else None
+        if n is not None:
+            self.intervals[n] = interval
+            by_step = self._steps[stream]
+            if by_step[interval.step] is replaced:
+                by_step[interval.step] = interval
+            self._update_cumulative()  # a step replaced in place: every later figure may move
         else:
+            self._where[key] = len(self.intervals)
             self.intervals.append(interval)
+            by_step = self._steps.setdefault(stream, {})
+            if interval.step not in by_step:
+                by_step[interval.step] = interval
+                bisect.insort(self._sorted.setdefault(stream, []), interval.step)
+            self._top[interval.run] = max(self._top.get(interval.run, interval.step), interval.step)
+            _accumulate(interval, self._tails.get(stream))
+            self._tails[stream] = interval
         self.last, self.last_replaced = interval, replaced
-        self._update_cumulative()
         self._listeners = [ref for ref in self._listeners if ref() is not None]
         for ref in list(self._listeners):  # a listener may subscribe others
             listener = ref()
@@ -102,22 +124,26 @@ class Session:
         self._listeners = [ref for ref in self._listeners if ref() not in (None, listener)]
 
     def _update_cumulative(self) -> None:
-        last: dict[tuple[str, int, str], Interval] = {}
+        self._tails = {}
         for iv in self.intervals:
-            prev = last.get((iv.run, iv.rank, iv.device))
-            # A snapshot after a clear=false interval already holds that interval's entries.
-            carried = prev.trace_entries if prev is not None and not prev.clear else 0
-            iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(
-                iv.trace_entries - carried, 0
-            )
-            iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
-            last[(iv.run, iv.rank, iv.device)] = iv
+            _accumulate(iv, self._tails.get(_stream(iv)))
+            self._tails[_stream(iv)] = iv
 
     def reset(self) -> None:
         """Forget the intervals (files on disk stay); defaults and dashboards stay."""
         self.intervals.clear()
         self.last = self.last_replaced = None
+        for index in (self._where, self._tails, self._steps, self._sorted, self._top):
+            index.clear()
 
     def to_records(self) -> list[dict[str, Any]]:
         """Plain dicts (one per interval) for pandas or JSON."""
         return [iv.to_record() for iv in self.intervals]
+
+
+def _accumulate(iv: Interval, prev: Interval | None) -> None:
+    """``iv``'s cumulative figures, given the interval added before it in its stream."""
+    # A snapshot after a clear=false interval already holds that interval's entries.
+    carried = prev.trace_entries if prev is not None and not prev.clear else 0
+    iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
+    iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)

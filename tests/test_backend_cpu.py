@@ -118,26 +118,38 @@ CELLS = {
     "frees of old tensors": "del old\nkept.append(torch.empty(2**16))\n",
     "user scopes": "with torch.autograd.profiler.record_function('mine'):\n    a = torch.ones(100) * 2\n",
     "zero bytes": "e = [torch.empty(0) for _ in range(10)]\nf = torch.ones(7)\n",
+    "a scope after many events": "for _ in range(300):\n    t = torch.empty(4)\n"
+    "with torch.autograd.profiler.record_function('late'):\n    u = torch.ones(50) + 1\n",
+    "calls in calls": "def inner(n):\n    return torch.ones(n) * 2\n"
+    "def outer():\n    return [inner(n) for n in range(1, 40)]\nr = outer()\n",
 }
 
 
-def profiled(code: str, ns: dict) -> list:
+def profiled(code: str, ns: dict, stacks: bool = False) -> list:
     """The event tree's roots of a profiler session around ``code``, as the CPU route opens it."""
     from memsnap_magic.backends.cpu import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
-    profiler.start()
+    profiler.start(stacks=stacks)
     exec(code, ns)
     return profiler.stop()
 
 
+@pytest.mark.parametrize("chunk", [1 << 16, 7])  # events read per pass: one, or many, for any cell
+@pytest.mark.parametrize(
+    "tracer, instants", [(False, True), (True, True), (True, False)], ids=["no tracer", "tracer", "tracer, all fields"]
+)
 @pytest.mark.parametrize("cell", CELLS)
-def test_the_history_gives_the_snapshot_the_walk_gave(cell):
+def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, chunk, monkeypatch):
+    # instants=False: every node's fields are read, not only those of nodes without duration
     import cpu_reference
 
+    from memsnap_magic.backends import cpu_history
     from memsnap_magic.backends.cpu_history import History
 
+    monkeypatch.setattr(cpu_history, "_CHUNK", chunk)
+    monkeypatch.setattr(cpu_history, "_INSTANTS", [instants])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
     ns = {
@@ -149,14 +161,17 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell):
         "kept": [],
     }
     live_start = live_storages(ns)
-    sessions = [profiled(CELLS[cell], ns), profiled("extra = torch.ones(33)\ndel x\n", ns)]  # a clear=false chain
+    chain = [CELLS[cell], "extra = torch.ones(33)\ndel x\n"]  # a clear=false chain: two sessions
+    sessions = [profiled(code, ns, stacks=tracer) for code in chain]
     live_end = live_storages(ns)
     events = [e for roots in sessions for e in cpu_reference.walk_events(roots)]
     assert events
     for newest in (3, 50, 10**6):
-        history = History(newest, live_start)
+        history = History(newest, live_start, frames=tracer)
         for roots in sessions:
             history.add(roots)
+        if tracer:  # the frames are the tracer's own business (test_cpu_truth); the rest is the walk's
+            history.stacks = None
         assert history.snapshot(live_end, 10**15, newest, segment_events=False) == cpu_reference.build_snapshot(
             events, live_start, live_end, 10**15, newest
         )
@@ -207,3 +222,25 @@ def test_every_state_of_a_cpu_dump_is_one_the_viewer_can_draw(moves, live_start,
     live_end = {p: live_start.get(p, 1) for p in end_keys}
     snap = build_snapshot(events, live_start, live_end, 99_000, newest)
     replay_backwards(snap, 0)
+
+
+def test_the_warm_up_learns_that_allocations_are_instants(monkeypatch):
+    # the tracer's reader reads fields only of nodes without duration, trusting this of PyTorch
+    from memsnap_magic.backends import cpu_history
+    from memsnap_magic.backends.cpu import _Profiler
+
+    monkeypatch.setattr(cpu_history, "_INSTANTS", [None])
+    _Profiler().warm_up()
+    assert cpu_history._INSTANTS == [True]
+    cpu_history.check_instants([])  # a session that saw no allocation proves nothing: fields for all
+    assert cpu_history._INSTANTS == [False]
+
+
+def test_the_walk_spends_nothing_on_the_notebooks_machinery(shell):
+    # IPython's exit and quit hold the shell, and through it hundreds of objects: a walk that went
+    # there would spend its budget before reaching the user's tensors, on every cell
+    shell.run_cell("import torch\nw = torch.ones(1000)")
+    ns = shell.user_ns
+    assert {"exit", "quit", "get_ipython"} <= set(ns)
+    found = live_storages(ns, limit=40)
+    assert found == {ns["w"].untyped_storage().data_ptr(): 4000}

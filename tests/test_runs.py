@@ -8,6 +8,8 @@ import pickle
 from itertools import accumulate
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from test_widget import _png_point, _send, bars, interval
 
@@ -205,3 +207,78 @@ def test_a_folders_runs_come_in_the_order_they_were_recorded_not_by_name(tmp_pat
     foreign.pop("memsnap")  # a file that does not say when it was taken comes after those that do
     dump_snapshot(foreign, tmp_path / "aaa" / "step1" / "torch_memory_rank0.pickle")
     assert [iv.run for iv in read_run([tmp_path])] == ["zeta", "alpha", "aaa"]
+
+
+class _Reference:
+    """The session's step, previous and cumulative figures as plain scans over every interval
+    (what the indexes must agree with)."""
+
+    def __init__(self) -> None:
+        self.intervals: list = []
+
+    def add(self, iv):
+        key = (iv.run, iv.step, iv.rank, iv.device, iv.tag)
+        for n, old in enumerate(self.intervals):
+            if (old.run, old.step, old.rank, old.device, old.tag) == key:
+                self.intervals[n] = iv
+                return old
+        self.intervals.append(iv)
+        return None
+
+    def next_step(self, run):
+        return max((i.step for i in self.intervals if i.run == run), default=0) + 1
+
+    def previous(self, iv):
+        earlier = [
+            i for i in self.intervals if (i.run, i.rank, i.device) == (iv.run, iv.rank, iv.device) and i.step < iv.step
+        ]
+        return max(earlier, key=lambda i: i.step) if earlier else None
+
+    def cumulative(self):
+        last, out = {}, []
+        for iv in self.intervals:
+            prev = last.get((iv.run, iv.rank, iv.device))
+            carried = prev[2] if prev is not None and not prev[3] else 0
+            entries = (prev[0] if prev else 0) + max(iv.trace_entries - carried, 0)
+            peak = max(iv.peak_allocated, prev[1] if prev else 0)
+            last[(iv.run, iv.rank, iv.device)] = (entries, peak, iv.trace_entries, iv.clear)
+            out.append((entries, peak))
+        return out
+
+
+moves = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["", "a"]),  # run
+            st.integers(1, 6),  # step
+            st.integers(0, 1),  # rank
+            st.sampled_from(["", "t"]),  # tag
+            st.integers(0, 50),  # entries
+            st.integers(1, 99),  # peak
+            st.booleans(),  # clear
+        ),
+        st.just("reset"),
+    ),
+    max_size=40,
+)
+
+
+@given(moves)
+@settings(max_examples=300, deadline=None)
+def test_the_sessions_indexes_agree_with_scanning_every_interval(steps):
+    s, ref = Session(), _Reference()
+    for move in steps:
+        if move == "reset":
+            s.reset()
+            ref.intervals.clear()
+            continue
+        run, step, rank, tag, entries, peak, clear = move
+        iv = interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank)
+        iv.run, iv.tag = run, tag
+        assert s.add(iv) is ref.add(iv)
+        assert s.intervals == ref.intervals
+        assert [(i.cumulative_trace_entries, i.cumulative_peak_allocated) for i in s.intervals] == ref.cumulative()
+        for r in ("", "a"):
+            assert s.next_step(r) == ref.next_step(r)
+        for probe in s.intervals:
+            assert s.previous(probe) is ref.previous(probe)

@@ -8,6 +8,7 @@ clears on every version).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
@@ -21,6 +22,13 @@ if TYPE_CHECKING:
     from ..options import Options
 
 _CONTEXT = {"all": "all", "alloc": "alloc", "state": "state", "none": None}
+
+
+@functools.cache
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported: asked once (``device=auto`` asks on every cell, and
+    the search of ``sys.path`` costs as much as the rest of resolving the device)."""
+    return importlib.util.find_spec(package) is not None
 
 
 class AcceleratorBackend(Backend):
@@ -53,7 +61,7 @@ class AcceleratorBackend(Backend):
         import torch
 
         if kind == "npu" and "torch_npu" not in sys.modules:
-            if importlib.util.find_spec("torch_npu") is None:
+            if not _installed("torch_npu"):
                 return False
             import torch_npu  # noqa: F401  (registers torch.npu)
         module = getattr(torch, kind, None)

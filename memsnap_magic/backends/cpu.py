@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
-from .cpu_history import STACK_BYTES, History, no_gc
+from .cpu_history import STACK_BYTES, History, check_instants, no_gc
 from .live_tensors import live_storages
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ class _Profiler:
         try:
             self.start()
             del victim
-            self.stop()
+            probe = torch.empty(16)  # an allocation and a free seen whole, for check_instants
+            del probe
+            check_instants(self.stop() or [])
         finally:
             os.dup2(saved, 2)
             os.close(saved)

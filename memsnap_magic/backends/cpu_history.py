@@ -12,14 +12,20 @@ event one by one (``tests/cpu_reference.py`` keeps that older reader; the tests 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_
-from typing import Any
+from operator import attrgetter, is_, not_
+from typing import TYPE_CHECKING, Any
 
 from ..nogc import no_gc
 
+if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
+    Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
+
 _FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
 _TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
+_DURATION = attrgetter("duration_time_ns")
+_INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
 STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
 
@@ -84,20 +90,32 @@ class History:
     @no_gc()
     def add(self, roots: list[Any]) -> None:
         """The events of one profiler session: its event tree's roots, in time order."""
-        start = self.count
-        try:
-            run, kept, parents = _fold(roots, _Tables(self.tables.watch, start))
-        except _NotFlat:  # allocations below Python calls or user scopes: read the tree by levels
-            nodes, ups = _allocations(roots)
-            run, kept, parents = _fold(nodes, _Tables(self.tables.watch, start), ups, self.stacks)
-        self.tables.merge(run)
+        run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
-        tail = kept[max(len(kept) - newest, 0) :]
-        fields = list(map(_FIELDS, tail))
-        sizes = list(map(_SIZE, fields))
-        self.window.extend(zip(map(_TIME, tail), map(_PTR, fields), sizes))
-        if self.stacks is not None and parents is not None:
-            self.stacks.keep(self.count - len(tail), sizes, parents[len(parents) - len(tail) :], self.count - newest)
+        tail_ups: deque[Any] = deque(maxlen=newest)  # the parents of the newest events (stacks)
+        check_devices = _other_devices_may_allocate()
+        for nodes, fields, times, ups in _columns(roots, tracer=self.stacks is not None):
+            sizes = list(map(_SIZE, fields))
+            if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
+                keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
+                fields, sizes = list(compress(fields, keep)), list(compress(sizes, keep))
+                nodes = list(compress(nodes, keep)) if nodes is not None else None
+                times = list(compress(times, keep)) if times is not None else None
+                ups = list(compress(ups, keep)) if ups is not None else None
+            ptrs = list(map(_PTR, fields))
+            if self.stacks is not None and ups is not None:
+                self.stacks.note(ptrs, sizes, ups)
+            run.fold(ptrs, sizes)
+            k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is read further
+            if k:
+                newer = times[-k:] if times is not None else map(_TIME, nodes[-k:])  # type: ignore[index]
+                self.window.extend(zip(newer, ptrs[-k:], sizes[-k:]))
+                if ups is not None:
+                    tail_ups.extend(ups[-k:])
+        self.tables.merge(run)
+        if self.stacks is not None and tail_ups:
+            sizes = [size for _, _, size in list(self.window)[len(self.window) - len(tail_ups) :]]
+            self.stacks.keep(self.count - len(tail_ups), sizes, list(tail_ups), self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
@@ -161,49 +179,6 @@ class History:
         }
 
 
-class _NotFlat(Exception):
-    """A root of the event tree is not an allocation: allocations hide below it."""
-
-
-def _fold(
-    nodes: list[Any], run: _Tables, parents: list[Any] | None = None, stacks: _Stacks | None = None
-) -> tuple[_Tables, list[Any], list[Any] | None]:
-    """Fold allocation events (in time order) into ``run``: also the events kept (CPU ones, of
-    nonzero size) and, given each event's ``parents`` in the tree, theirs; ``stacks`` notes the
-    stacks of the allocations that may be live at the end."""
-    from torch._C._profiler import _ExtraFields_Allocation
-
-    check_devices = _other_devices_may_allocate()
-    kept: list[Any] | None = None  # set once some events are dropped
-    kept_parents: list[Any] | None = None
-    for lo in range(0, len(nodes), _CHUNK):
-        chunk = nodes[lo : lo + _CHUNK]
-        ups = parents[lo : lo + _CHUNK] if parents is not None else None
-        fields = list(map(_FIELDS, chunk))
-        if set(map(type, fields)) - {_ExtraFields_Allocation}:
-            raise _NotFlat
-        sizes = list(map(_SIZE, fields))
-        if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
-            keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
-            chunk, fields, sizes = (list(compress(c, keep)) for c in (chunk, fields, sizes))
-            if ups is not None:
-                ups = list(compress(ups, keep))
-            if kept is None:
-                kept = nodes[:lo]
-                kept_parents = parents[:lo] if parents is not None else None
-        if kept is not None:
-            kept += chunk
-            if kept_parents is not None and ups is not None:
-                kept_parents += ups
-        ptrs = list(map(_PTR, fields))
-        if stacks is not None and ups is not None:
-            stacks.note(ptrs, sizes, ups)
-        run.fold(ptrs, sizes)
-    if kept is None:
-        return run, nodes, parents
-    return run, kept, kept_parents
-
-
 def _other_devices_may_allocate() -> bool:
     """Whether an accelerator in this process may have reported allocations to the profiler too
     (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""
@@ -222,26 +197,72 @@ def _other_devices_may_allocate() -> bool:
     return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
 
 
-def _allocations(roots: list[Any]) -> tuple[list[Any], list[Any]]:
+def _columns(roots: list[Any], tracer: bool) -> Iterator[Columns]:
+    """The CPU allocation events of a session's tree in time order, a chunk at a time:
+    ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
+    its roots are the events) is read a chunk at a time, each event's time only if it is among
+    the newest (``nodes``); any other tree by levels (``times``, ``parents``)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    if tracer:
+        yield from _by_levels(roots)
+        return
+    for lo in range(0, len(roots), _CHUNK):
+        nodes = roots[lo : lo + _CHUNK]
+        fields = list(map(_FIELDS, nodes))
+        if set(map(type, fields)) - {_ExtraFields_Allocation}:
+            # Everything in the chunks read so far happened before this chunk's first root began.
+            yield from _by_levels(roots[lo:], fields if len(nodes) == len(roots) - lo else None)
+            return
+        yield nodes, fields, None, None
+
+
+def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
     """The allocation events of a tree whose roots are not all allocations, in time order, and
     the node each sits in (a Python call, a C function called from Python, a user scope; None at
-    the top). Read a level at a time with C-level passes: a tiny-op loop has one node per op."""
+    the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
+    An allocation is an instant: only nodes of zero duration have their fields read (a call's
+    cost as much again as its allocation's), once (``fields``: the roots' own, when read)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     found: list[Any] = []
+    times: list[int] = []
     ups: list[Any] = []
-    level, up = list(roots), [None] * len(roots)
+    level, up = roots, [None] * len(roots)
     while level:
-        is_alloc = list(map(is_, map(type, map(_FIELDS, level)), repeat(_ExtraFields_Allocation)))
-        found += compress(level, is_alloc)
-        ups += compress(up, is_alloc)
-        inner = list(compress(level, map(is_, is_alloc, repeat(False))))
+        if fields is None and _INSTANTS[0]:
+            instant = list(map(not_, map(_DURATION, level)))
+            nodes, parents = list(compress(level, instant)), list(compress(up, instant))
+            fields = list(map(_FIELDS, nodes))
+        else:
+            instant, nodes, parents = [True] * len(level), level, up
+            fields = fields if fields is not None else list(map(_FIELDS, level))
+        is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
+        found += compress(fields, is_alloc)
+        times += map(_TIME, compress(nodes, is_alloc))
+        ups += compress(parents, is_alloc)
+        if all(instant):
+            inner = list(compress(level, map(not_, is_alloc)))
+        else:  # the calls, and any instant that is not an allocation
+            allocs = iter(is_alloc)
+            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
         kids = list(map(_CHILDREN, inner))
         level = list(chain.from_iterable(kids))
         up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
-    times = list(map(_TIME, found))
-    order = sorted(range(len(found)), key=times.__getitem__)
-    return [found[i] for i in order], [ups[i] for i in order]
+        fields = None
+    order = sorted(range(len(times)), key=times.__getitem__)
+    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
+    for lo in range(0, len(found), _CHUNK):
+        yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
+
+
+def check_instants(roots: list[Any]) -> None:
+    """Read fields only of nodes without duration from now on if this session's allocations had
+    none (so PyTorch reports them; a release that changed it costs the reader speed, not events)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    allocations = [n for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
+    _INSTANTS[0] = bool(allocations) and not any(map(_DURATION, allocations))
 
 
 class _Stacks:

@@ -14,6 +14,21 @@ from typing import Any
 
 _WALK_DEPTH = 4
 _WALK_LIMIT = 50_000  # objects looked at per walk, skipped ones included: a huge namespace costs ~50 ms
+# Packages whose objects hold no tensor of the user's: IPython's ``exit`` and ``quit`` lead to the
+# shell and all it holds, hundreds of objects on every walk.
+_MACHINERY = frozenset(
+    {
+        "IPython",
+        "ipykernel",
+        "jupyter_client",
+        "traitlets",
+        "zmq",
+        "tornado",
+        "ipywidgets",
+        "matplotlib",
+        "memsnap_magic",
+    }
+)
 
 
 def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT) -> dict[int, int]:
@@ -64,6 +79,8 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT
                 visit_all(obj.values(), level - 1)
             elif issubclass(kind, (list, tuple, set, frozenset)):
                 visit_all(obj, level - 1)
+            elif kind.__module__.partition(".")[0] in _MACHINERY:
+                return
             else:
                 attrs = obj.__dict__ if hasattr(obj, "__dict__") else None
                 if type(attrs) is dict:
