@@ -65,6 +65,8 @@ def time_cells(
     """Each named cell (``(events, magic line)``) against the bare session on the same loop,
     interleaved; for the cells in ``floors`` also PyTorch's floors: the bare session with the
     Python tracer on (what stacks cost PyTorch) and the bare session with every event read."""
+    from memsnap_magic import wait_for_writes
+
     shell = make_shell(ctx.work / "cpu_events")
     try:
         run_cell(shell, "import torch")
@@ -80,7 +82,8 @@ def time_cells(
                 tracer, read = BARE_TRACER + loop(n) + "_disable_profiler()\n", BARE + loop(n) + READ_EVERY_EVENT
                 calls["bare_tracer"] = lambda tracer=tracer: run_cell(shell, tracer)
                 calls["read_every_event"] = lambda read=read: run_cell(shell, read)
-            out[name] = interleaved(calls, repeats.get(name, ctx.repeats))
+            # each call starts once the writes before it are done: no reference pays for the cell's file
+            out[name] = interleaved(calls, repeats.get(name, ctx.repeats), settle=wait_for_writes)
         return out
     finally:
         close_shell(shell)

@@ -5,8 +5,12 @@ hundreds of thousands. Only the newest ``max_entries`` become trace entries, so 
 in full (their times). Of every event the history keeps just what the end state needs (each
 address's last event, and the first event at the addresses of the tensors live when the interval
 began), read with C-level passes (``map``/``attrgetter`` into dicts), a chunk of events at a time so the
-columns held at once stay bounded. The snapshot is the same, entry for entry, as reading every
-event one by one (``tests/cpu_reference.py`` keeps that older reader; the tests compare them).
+columns held at once stay bounded. With the Python tracer on, the allocations sit below call nodes
+and the tree is read a level at a time, each node touched once. Reading an event at all through
+PyTorch's Python API (a wrapper per node, a fields object per event) costs ~1 µs, about what the
+profiler spent recording it: the benchmarks' ``cpu_floor_read_every_event``. The snapshot is the
+same, entry for entry, as reading every event one by one (``tests/cpu_reference.py`` keeps that
+older reader; the tests compare them, with and without the tracer).
 """
 
 from __future__ import annotations
@@ -134,7 +138,6 @@ class History:
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
         """
-        alloc_entries = _alloc_entries if segment_events else _bare_alloc_entries
         free_entries = _free_entries if segment_events else _bare_free_entries
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
@@ -148,19 +151,30 @@ class History:
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
         stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
         trace: list[dict[str, Any]] = []
+        add = trace.append  # entries written out here, not by helpers: a call per entry was half the build
         for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
             t_us = t_ns // 1000
             if size > 0:
-                gone = pending.pop(ptr, None)
-                if gone is not None:
-                    trace += free_entries(ptr, gone, t_us)
-                trace += alloc_entries(ptr, size, t_us)
-                frames = stacks.get(index)
+                if pending:
+                    gone = pending.pop(ptr, None)
+                    if gone is not None:
+                        trace += free_entries(ptr, gone, t_us)
+                alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+                if segment_events:
+                    segment = {"action": "segment_alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+                    add(segment)
+                add(alloc)
+                frames = stacks.get(index) if stacks else None
                 if frames is not None:
-                    for entry in trace[-2 if segment_events else -1 :]:
-                        entry["frames"] = frames
+                    alloc["frames"] = frames
+                    if segment_events:
+                        segment["frames"] = frames
             else:
-                trace += free_entries(ptr, -size, t_us)
+                size = -size
+                add({"action": "free_requested", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
+                add({"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
+                if segment_events:
+                    add({"action": "segment_free", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
         for ptr, size in pending.items():  # never allocated again: freed at the end, at the latest
             trace += free_entries(ptr, size, end_us)
         blocks = {p: s for p, s in t.last.items() if s > 0}
@@ -358,16 +372,8 @@ def _entry(action: str, ptr: int, size: int, t_us: int) -> dict[str, Any]:
     return {"action": action, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
 
 
-def _bare_alloc_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [_entry("alloc", ptr, size, t_us)]
-
-
 def _bare_free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
     return [_entry("free_requested", ptr, size, t_us), _entry("free_completed", ptr, size, t_us)]
-
-
-def _alloc_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [_entry("segment_alloc", ptr, size, t_us), _entry("alloc", ptr, size, t_us)]
 
 
 def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
