@@ -235,8 +235,8 @@ def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Co
     """The allocation events of a tree whose roots are not all allocations, in time order, and
     the node each sits in (a Python call, a C function called from Python, a user scope; None at
     the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
-    An allocation is an instant: only nodes of zero duration have their fields read (a call's
-    cost as much again as its allocation's), once (``fields``: the roots' own, when read)."""
+    An allocation is an instant, so only nodes of zero duration have their fields read (a call's
+    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     found: list[Any] = []
