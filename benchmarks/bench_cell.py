@@ -116,45 +116,48 @@ def run(ctx: Context) -> list[Row]:
     finally:
         close_shell(shell)
         session().reset()
-    rows = [
-        ratio_row(
-            "cell_overhead",
-            f"%%memsnap cell, CPU, {STEPS} MLP steps",
-            "same cell without the magic",
-            times,
-            1.25,
-            steps=STEPS,
-            torch_threads=1,
-            trace_entries=entries,
-        ),
-        _fixed_cost(tiny),
-        _late_cost(tiny, late, early_steps, late_steps),
-        ratio_row(
-            "steps_gap_overhead",
-            f"%%memsnap steps={LISTED} over {LOOP_STEPS} MLP steps (the 8 between followed unrecorded)",
-            "same loop without the magic",
-            gaps,
-            1.25,
-            steps=LOOP_STEPS,
-            listed=LISTED,
-            torch_threads=1,
-        ),
-    ]
-    for row, t in zip((rows[0], rows[3]), (times, gaps)):  # cell_overhead, steps_gap_overhead
-        whole = statistics.median(t["with_write"]) / statistics.median(t["reference"])
+    overhead = ratio_row(
+        "cell_overhead",
+        f"%%memsnap cell, CPU, {STEPS} MLP steps",
+        "same cell without the magic",
+        times,
+        1.25,
+        steps=STEPS,
+        torch_threads=1,
+        trace_entries=entries,
+    )
+    gap = ratio_row(
+        "steps_gap_overhead",
+        f"%%memsnap steps={LISTED} over {LOOP_STEPS} MLP steps (the 8 between followed unrecorded)",
+        "same loop without the magic",
+        gaps,
+        1.25,
+        steps=LOOP_STEPS,
+        listed=LISTED,
+        torch_threads=1,
+    )
+    for row, t in ((overhead, times), (gap, gaps)):
+        whole = _ratio(t, "with_write")
         row.details["with_write_ratio"] = whole
         row.note = f"{whole:.3g}x with the write waited for"
-    bare = statistics.median(times["bare_session"]) / statistics.median(times["reference"])
-    rows[0].details["bare_session_ratio"] = bare
-    rows[0].note += f"; PyTorch's bare profiler session with the tracer on, around the same body: {bare:.3g}x"
-    return rows
+    bare = _ratio(times, "bare_session")
+    overhead.details["bare_session_ratio"] = bare
+    overhead.note += f"; PyTorch's bare profiler session with the tracer on, around the same body: {bare:.3g}x"
+    return [overhead, _fixed_cost(tiny), _late_cost(tiny, late, early_steps, late_steps), gap]
+
+
+def _ratio(times: dict[str, list[float]], key: str = "measured") -> float:
+    return statistics.median(times[key]) / statistics.median(times["reference"])
+
+
+def _added_ms(times: dict[str, list[float]], key: str = "measured") -> float:
+    """Milliseconds ``key`` adds to the plain cell, the difference of the medians."""
+    return (statistics.median(times[key]) - statistics.median(times["reference"])) * 1000
 
 
 def _fixed_cost(times: dict[str, list[float]]) -> Row:
-    added = _added_ms(times)
-    whole = (statistics.median(times["with_write"]) - statistics.median(times["reference"])) * 1000
-    bare = (statistics.median(times["bare_session"]) - statistics.median(times["reference"])) * 1000
-    ratio = statistics.median(times["measured"]) / statistics.median(times["reference"])
+    added, whole, bare = (_added_ms(times, key) for key in ("measured", "with_write", "bare_session"))
+    ratio = _ratio(times)
     return Row(
         "tiny_cell_fixed_cost",
         "%%memsnap on a cell that does nothing (_tiny = 1), model and optimizer in the namespace",
@@ -175,14 +178,11 @@ def _fixed_cost(times: dict[str, list[float]]) -> Row:
     )
 
 
-def _added_ms(times: dict[str, list[float]]) -> float:
-    return (statistics.median(times["measured"]) - statistics.median(times["reference"])) * 1000
-
-
 def _late_cost(early: dict[str, list[float]], late: dict[str, list[float]], early_steps: int, late_steps: int) -> Row:
     """The fixed cost once the session holds thousands of steps, against the same early on: the
     session's own bookkeeping per cell must not grow with its length."""
-    ratio = _added_ms(late) / _added_ms(early)
+    early_ms, late_ms = _added_ms(early), _added_ms(late)
+    ratio = late_ms / early_ms
     return Row(
         "tiny_cell_late_in_a_long_session",
         f"the fixed cost above once the session holds {late_steps:,} steps",
@@ -191,6 +191,6 @@ def _late_cost(early: dict[str, list[float]], late: dict[str, list[float]], earl
         "x",
         "<= 1.25x",
         ratio <= 1.25,
-        {"times_s": late, "early_ms": _added_ms(early), "late_ms": _added_ms(late), "steps": [early_steps, late_steps]},
-        note=f"+{_added_ms(late):.1f} ms vs +{_added_ms(early):.1f} ms",
+        {"times_s": late, "early_ms": early_ms, "late_ms": late_ms, "steps": [early_steps, late_steps]},
+        note=f"+{late_ms:.1f} ms vs +{early_ms:.1f} ms",
     )

@@ -184,30 +184,35 @@ def run(ctx: Context) -> list[Row]:
             },
             f"context=none (no Python tracer): {ratio['kept_no_stacks']:.2f}x",
         ),
-        Row(
-            "cpu_floor_python_tracer",
-            f"the bare session with PyTorch's Python tracer on (what stacks cost PyTorch), {main:,} events",
-            "bare profiler session, same loop",
-            floors["main"]["bare_tracer"],
-            "x",
-            "report only",
-            None,
-            {"at_kept": floors["kept"]["bare_tracer"], "median_s": med["main"]["bare_tracer"]},
-            f"{floors['kept']['bare_tracer']:.2f}x at {kept:,} events",
-        ),
-        Row(
-            "cpu_floor_read_every_event",
-            f"the bare session, then every event's address and size read through PyTorch's API, {main:,} events",
-            "bare profiler session, same loop",
-            floors["main"]["read_every_event"],
-            "x",
-            "report only",
-            None,
-            {"at_kept": floors["kept"]["read_every_event"], "median_s": med["main"]["read_every_event"]},
-            f"{(med['main']['read_every_event'] - med['main']['reference']) / main * 1e6:.2f} µs per event; "
-            f"{floors['kept']['read_every_event']:.2f}x at {kept:,} events",
-        ),
     ]
+    read_us = (med["main"]["read_every_event"] - med["main"]["reference"]) / main * 1e6
+    for name, key, what, extra in (
+        (
+            "cpu_floor_python_tracer",
+            "bare_tracer",
+            "the bare session with PyTorch's Python tracer on (what stacks cost PyTorch)",
+            "",
+        ),
+        (
+            "cpu_floor_read_every_event",
+            "read_every_event",
+            "the bare session, then every event's address and size read through PyTorch's API",
+            f"{read_us:.2f} µs per event; ",
+        ),
+    ):
+        rows.append(
+            Row(
+                name,
+                f"{what}, {main:,} events",
+                "bare profiler session, same loop",
+                floors["main"][key],
+                "x",
+                "report only",
+                None,
+                {"at_kept": floors["kept"][key], "median_s": med["main"][key]},
+                f"{extra}{floors['kept'][key]:.2f}x at {kept:,} events",
+            )
+        )
     peaks = {
         n: (
             peak_kib(BARE + loop(n) + "_disable_profiler()\n", str(ctx.work)),

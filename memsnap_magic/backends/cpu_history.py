@@ -96,7 +96,7 @@ class History:
         """The events of one profiler session: its event tree's roots, in time order."""
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
-        tail_ups: deque[Any] = deque(maxlen=newest)  # the parents of the newest events (stacks)
+        tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
         check_devices = _other_devices_may_allocate()
         for nodes, fields, times, ups in _columns(roots, tracer=self.stacks is not None):
             sizes = list(map(_SIZE, fields))
@@ -115,11 +115,11 @@ class History:
                 newer = times[-k:] if times is not None else map(_TIME, nodes[-k:])  # type: ignore[index]
                 self.window.extend(zip(newer, ptrs[-k:], sizes[-k:]))
                 if ups is not None:
-                    tail_ups.extend(ups[-k:])
+                    tail.extend(zip(ups[-k:], sizes[-k:]))
         self.tables.merge(run)
-        if self.stacks is not None and tail_ups:
-            sizes = [size for _, _, size in list(self.window)[len(self.window) - len(tail_ups) :]]
-            self.stacks.keep(self.count - len(tail_ups), sizes, list(tail_ups), self.count - newest)
+        if self.stacks is not None and tail:
+            parents, sizes = (list(column) for column in zip(*tail))
+            self.stacks.keep(self.count - len(tail), sizes, parents, self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
