@@ -44,10 +44,15 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
 9. ``demo``: ``notebooks/demo.ipynb``'s code cells in a subprocess with ``DEVICE`` set to this
    device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations; the run
    ``fixed`` repeats steps 1-3 without either.
-10. ``categories``: an MLP + AdamW on this device in both loop orders (``zero_grad`` first or
-   last); each step's peak must hold exactly the parameters' bytes as ``parameter`` and as
-   ``gradient``, at least twice them as ``optimizer_state``, sum to the peak and end, and each file
-   must carry an ``unknown`` category (memory_viz throws without one).
+10. ``categories``: an MLP + AdamW, then a ``TransformerEncoderLayer`` + AdamW (four times the
+   setup's batch, dropout off), on this device in both loop orders (``zero_grad`` first or last):
+   ``parameter`` is exactly the parameters' bytes at each step's peak and end, ``gradient`` at the
+   end all or none of them by the loop order, ``optimizer_state`` exactly the bytes of the
+   optimizer's state tensors on this device (Adam's moments; its ``step`` counters too where they
+   live there), the categories sum to the peak and end, the block's ``activation`` at the peak is
+   at least the analytical lower bound of what its forward saves (``saved_by_forward`` reports
+   what ``saved_tensors_hooks`` saw), and each file carries an ``unknown`` category (memory_viz
+   throws without one).
 11. ``newer_options``: ``compile_context=`` and ``skip_actions=`` pass through where this torch's
    signature has them, else a one-line UsageError and the cell does not run (CPU: refused).
 12. ``files``: three back-to-back cells (keep, keep, free): each step's baseline must equal the
@@ -622,9 +627,57 @@ def section_views(state: State) -> None:
 
 
 def section_categories(state: State) -> None:
-    """An MLP + AdamW on this device, both loop orders: parameter, gradient and optimizer-state
-    bytes at each step's peak are exact, the sums are the peak and end, and memory_viz finds an
-    ``unknown`` category in every file (it throws otherwise)."""
+    """An MLP + AdamW, then a transformer block + AdamW, on this device, both loop orders: the
+    parameter, gradient and optimizer-state bytes are exactly what the model and optimizer hold,
+    the categories sum to the peak and the end, the block's activations at the peak are at least
+    the analytical lower bound of what its forward saves, and memory_viz finds an ``unknown``
+    category in every file (it throws otherwise)."""
+    import torch
+
+    plan = state.plan
+    device = plan.device
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to(device)
+    x, y = torch.randn(256, 1024, device=device), torch.randint(0, 10, (256,), device=device)
+    found = category_steps(state, "mlp", mlp, lambda: torch.nn.functional.cross_entropy(mlp(x), y))
+
+    # Four times the setup's batch, so the forward's saved tensors outweigh AdamW's temporaries and
+    # the step's peak falls in the forward/backward, where the lower bound applies.
+    batch, seq, d, ff = 4 * plan.batch, plan.seq, plan.d_model, plan.ff
+    block = torch.nn.TransformerEncoderLayer(d, plan.nhead, ff, dropout=0.0, batch_first=True).to(device)
+    src = torch.randn(batch, seq, d, device=device)
+    # Distinct tensors allocated by the forward and saved for the backward, fp32, dropout off:
+    # LayerNorm 1's input (x + attention), its output (linear 1's input), the ReLU's output
+    # (linear 2's input), LayerNorm 2's input (the residual sum), its output (the loss's input).
+    # Attention's own saved q, k, v and outputs come on top, so this is a lower bound.
+    bound = 4 * batch * seq * (ff + 4 * d)
+    saved = saved_bytes(block, src, lambda out: out.pow(2).mean())
+    steps = category_steps(state, "transformer", block, lambda: block(src).pow(2).mean())
+    for f in steps:
+        f["activation_lower_bound"] = bound
+        f["saved_by_forward"] = saved  # what saved_tensors_hooks saw, for comparison
+        f["activation_at_least_bound"] = f["by_category_at_peak"].get("activation", 0) >= bound
+    found += steps
+    keys = (
+        "sums_match",
+        "parameter_exact",
+        "gradient_exact",
+        "optimizer_state_exact",
+        "unknown_in_file",
+        "usage_ok",
+        "marked",
+    )
+    state.results["categories"] = {
+        "steps": found,
+        "ok": bool(found)
+        and all(all(f[k] for k in keys) for f in found)
+        and all(f["activation_at_least_bound"] for f in steps),
+    }
+
+
+def category_steps(state: State, name: str, model: Any, loss_fn: Callable[[], Any]) -> list[dict[str, Any]]:
+    """Three recorded steps of ``model`` + AdamW in each loop order; each step's categories
+    against the bytes the model and optimizer hold on this device."""
     import torch
 
     from memsnap_magic import Recorder, wait_for_writes
@@ -633,20 +686,16 @@ def section_categories(state: State) -> None:
     from memsnap_magic.snapshot import load_snapshot
 
     device = state.plan.device
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(256, 1024, device=device), torch.randint(0, 10, (256,), device=device)
-    params = list(model.parameters())
-    p_bytes = sum(p.nbytes for p in params)
     usage_keys = {"rss"} if device == "cpu" else {"free", "total", "reserved"}
+    p_bytes = sum(p.nbytes for p in model.parameters())
     found = []
     for order in ("zero_grad first", "zero_grad last"):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         session = Session()
         for step in (1, 2, 3):
             with Recorder(
                 device=device,
-                out=state.work_dir / "categories" / order.replace(" ", "_"),
+                out=state.work_dir / "categories" / name / order.replace(" ", "_"),
                 step=step,
                 model=model,
                 optimizer=opt,
@@ -654,27 +703,42 @@ def section_categories(state: State) -> None:
             ):
                 if order == "zero_grad first":
                     opt.zero_grad()
-                torch.nn.functional.cross_entropy(model(x), y).backward()
+                loss_fn().backward()
                 opt.step()
                 if order == "zero_grad last":
                     opt.zero_grad()
                 if device != "cpu":
                     torch.cuda.synchronize()
         wait_for_writes()
+        # Adam's moments, plus its per-parameter `step` counters where they live on this device
+        # (on CPU unless capturable or fused)
+        o_bytes = sum(
+            t.nbytes
+            for s in opt.state.values()
+            for t in s.values()
+            if torch.is_tensor(t) and t.device.type == torch.device(device).type
+        )
+        g_end = 0 if order == "zero_grad last" else p_bytes
         for iv in session.intervals:
             peak, end = iv.by_category_at_peak or {}, iv.by_category or {}
             snap = load_snapshot(iv.path)
             names = {e.get("category") for t in snap["device_traces"] for e in t}
             found.append(
                 {
+                    "model": name,
                     "order": order,
                     "step": iv.step,
+                    "peak_allocated": iv.peak_allocated,
                     "by_category_at_peak": peak,
                     "by_category": end,
+                    "parameter_bytes": p_bytes,
+                    "optimizer_state_bytes": o_bytes,
                     "sums_match": sum(peak.values()) == iv.peak_allocated and sum(end.values()) == iv.end_allocated,
-                    "parameter_exact": peak.get("parameter") == p_bytes,
-                    "gradient_exact": peak.get("gradient") == p_bytes,
-                    "optimizer_state_at_least_moments": peak.get("optimizer_state", 0) >= 2 * p_bytes,
+                    "parameter_exact": peak.get("parameter") == p_bytes == end.get("parameter"),
+                    # the gradients at the end are all or none; at the peak, at most all of them
+                    "gradient_exact": end.get("gradient", 0) == g_end and peak.get("gradient", 0) <= p_bytes,
+                    "optimizer_state_exact": end.get("optimizer_state") == o_bytes
+                    and peak.get("optimizer_state", 0) in ((0, o_bytes) if iv.step == 1 else (o_bytes,)),
                     "unknown_in_file": "unknown" in names,
                     # the device's use beside the trace, and each entry naming its step for memory_viz
                     "usage_end": iv.usage_end,
@@ -685,16 +749,27 @@ def section_categories(state: State) -> None:
                     ),
                 }
             )
-    keys = (
-        "sums_match",
-        "parameter_exact",
-        "gradient_exact",
-        "optimizer_state_at_least_moments",
-        "unknown_in_file",
-        "usage_ok",
-        "marked",
-    )
-    state.results["categories"] = {"steps": found, "ok": bool(found) and all(all(f[k] for k in keys) for f in found)}
+    return found
+
+
+def saved_bytes(model: Any, x: Any, loss_of: Callable[[Any], Any]) -> int:
+    """Bytes of the distinct storages one forward saves for its backward, leaving out the
+    parameters and the input (allocated before a step, so never ``activation``)."""
+    import torch
+
+    before = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+    seen: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in before:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_of(model(x))
+    del loss
+    return sum(seen.values())
 
 
 def section_newer_options(state: State) -> None:

@@ -71,7 +71,11 @@ def test_json_has_the_documented_keys_and_types(dry_run):
         "text/plain",
     ]
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
-    assert data["categories"]["ok"] and len(data["categories"]["steps"]) == 6, data["categories"]
+    categories = data["categories"]
+    assert categories["ok"] and len(categories["steps"]) == 12, categories  # two models, two orders, 3 steps
+    block = [f for f in categories["steps"] if f["model"] == "transformer"]
+    assert len(block) == 6 and all(f["activation_at_least_bound"] for f in block)
+    assert all(f["saved_by_forward"] >= f["activation_lower_bound"] > 0 for f in block)
     assert data["newer_options"]["ok"], data["newer_options"]  # the CPU refuses both, the cell unrun
     assert data["files"]["ok"] and len(data["files"]["files"]) == 3, data["files"]  # continuity, marks, summaries
     assert data["async_allocator"]["skipped"] is True
