@@ -113,6 +113,81 @@ def test_each_recorded_cell_starts_where_the_last_one_ended(cpu, cells):
             assert iv.peak_increase == 0 and iv.kept <= 0
 
 
+def test_memory_freed_between_recorded_cells_leaves_the_start(cpu):
+    # frees while nothing records: a model rebound, names deleted, a list let go in plain cells
+    run(cpu, "x = torch.randn(64, 1024)\nmodel = torch.nn.Linear(1024, 1024)")
+    run(cpu, "%%memsnap step=1\ny = model(x)")
+    run(cpu, "model = torch.nn.Linear(1024, 1024)")  # the old weights live on in y's graph
+    run(cpu, "%%memsnap step=2\ny = model(x)")  # ... until y is replaced here
+    run(cpu, "del model, y")
+    run(cpu, "%%memsnap step=3\nz = torch.ones(10)")
+    run(cpu, "big = [torch.zeros(1024, 1024) for _ in range(3)]")
+    run(cpu, "%%memsnap step=4\nz = torch.ones(10)")
+    run(cpu, "big = None")
+    run(cpu, "%%memsnap step=5\nz = torch.ones(10)")
+    x, linear, y = 256 * 1024, 4 * MiB + 4096, 256 * 1024
+    one, two, three, four, five = session().intervals
+    assert (one.baseline_allocated, one.end_allocated) == (x + linear, x + linear + y)
+    assert (two.baseline_allocated, two.moved) == (x + 2 * linear + y, linear)
+    assert two.end_allocated == x + linear + y  # the old weights went with the old y
+    assert (three.baseline_allocated, three.moved) == (x, -(linear + y))
+    assert (four.baseline_allocated, four.moved) == (x + 40 + 12 * MiB, 12 * MiB)
+    assert (five.baseline_allocated, five.moved) == (x + 40, -12 * MiB)
+
+
+_PLAIN_OPS = st.one_of(
+    st.tuples(st.just("new"), st.integers(0, 3), st.integers(1, 64)),
+    st.tuples(st.just("drop"), st.integers(0, 3)),
+    st.tuples(st.just("stash"), st.integers(0, 3)),
+    st.tuples(st.just("unstash")),
+)
+_MEASURE = (  # every CPU tensor object in the process, by storage: what a walk cannot miss
+    "def _measure():\n"
+    "    import gc\n"
+    "    live = {}\n"
+    "    for o in gc.get_objects():\n"
+    "        if issubclass(type(o), torch.Tensor) and o.device.type == 'cpu':\n"
+    "            s = o.untyped_storage()\n"
+    "            live[s.data_ptr()] = s.nbytes()\n"
+    "    return sum(live.values())\n"
+)
+
+
+def _plain(op: tuple) -> str:
+    if op[0] == "stash":  # out of the walk's reach (it skips functions), still alive
+        return f"_box().append(v{op[1]})\nv{op[1]} = None"
+    if op[0] == "unstash":
+        return "_box().clear()"
+    return _code(op)
+
+
+@given(
+    st.lists(
+        st.tuples(st.lists(_PLAIN_OPS, max_size=3), st.lists(st.one_of(_OPS, _PLAIN_OPS), min_size=1, max_size=3)),
+        min_size=2,
+        max_size=4,
+    )
+)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_start_moves_by_what_plain_cells_did(cpu, cells):
+    STATE.reset()
+    run(cpu, "hidden = []\nv0 = v1 = v2 = v3 = None\n_box = (lambda b: lambda: b)([])\n" + _MEASURE)
+    measured = []  # (before the plain cell, after it, after the recorded cell)
+    for n, (plain, recorded) in enumerate(cells, start=1):
+        m0 = cpu.run_cell("_measure()").result
+        run(cpu, "\n".join(map(_plain, plain)) or "pass")
+        m1 = cpu.run_cell("_measure()").result
+        run(cpu, f"%%memsnap step={n}\n" + "\n".join(map(_plain, recorded)))
+        measured.append((m0, m1, cpu.run_cell("_measure()").result))
+    intervals = session().intervals
+    for n, (iv, (_, recorded), (m0, m1, m2)) in enumerate(zip(intervals, cells, measured)):
+        if n:
+            assert iv.moved == m1 - m0, (n, cells)
+            assert iv.baseline_allocated == intervals[n - 1].end_allocated + iv.moved
+        if not any(op[0] in ("hold", "release") for op in recorded):  # no graph the measure cannot see
+            assert iv.kept == m2 - m1, (n, cells)
+
+
 def test_allocations_carry_the_python_stack_that_made_them(cpu):
     run(cpu, "def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n")
     run(cpu, "%%memsnap step=1\nsmall = torch.ones(4)\nkeep = grow(512)")

@@ -26,7 +26,7 @@ from ..options import DEFAULTS
 from ..state import STATE
 from .base import Backend, BackendError
 from .cpu_history import STACK_BYTES, History, check_instants, no_gc
-from .live_tensors import live_storages
+from .live_tensors import Watch, live_storages
 
 if TYPE_CHECKING:
     from ..options import Options
@@ -139,9 +139,9 @@ class CpuBackend(Backend):
         self._gap = False  # a session that only follows what is allocated and freed (steps= loops)
         self._history = History(0, {})
         self._live_start: dict[int, int] = {}
-        self._assumed: dict[int, int] = {}  # carried into this interval: live unless its events say not
         self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
         self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
+        self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
@@ -193,10 +193,16 @@ class CpuBackend(Backend):
         self._profiler.warm_up()
         self._namespace = namespace
         self.incomplete = None
-        walked = live_storages(namespace) if namespace is not None else {}
-        self._assumed = dict(self._carried)
-        self._live_start = {**walked, **self._assumed}
-        frames = {p: f for p, f in self._carried_frames.items() if p in self._assumed}
+        found: dict[int, Any] = {}
+        walked = live_storages(namespace, storages=found) if namespace is not None else {}
+        # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
+        hidden = {p: n for p, n in self._carried.items() if p not in walked}
+        for ptr in self._watch.gone(hidden):
+            del hidden[ptr], self._carried[ptr]
+            self._carried_frames.pop(ptr, None)
+        self._watch.see(found, walked)
+        self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
+        frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
         self._history = History(self._max_entries, self._live_start, frames=self._stacks, start_frames=frames)
         self._profiler.start(stacks=self._stacks)
         self._open = True
@@ -210,11 +216,19 @@ class CpuBackend(Backend):
             else:
                 self._history.add(roots)
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
-        walked = live_storages(self._namespace) if self._namespace is not None else {}
-        snap = self._history.snapshot({**walked, **self._assumed}, time.time_ns() // 1000, self._max_entries)
+        found: dict[int, Any] = {}
+        walked = live_storages(self._namespace, storages=found) if self._namespace is not None else {}
+        # The start's blocks the walk does not reach now are live unless their storage is gone:
+        # freed during the interval, unreported when allocated while nothing recorded.
+        hidden = {p: n for p, n in self._live_start.items() if p not in walked}
+        gone = self._watch.gone(hidden)
+        live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
+        snap = self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries)
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
         self._carried = {b["address"]: b["requested_size"] for b in blocks}
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
+        self._watch.see(found, self._carried)
+        self._watch.keep_only(self._carried)
         return snap
 
     def follow(self) -> None:
@@ -243,7 +257,7 @@ class CpuBackend(Backend):
             self._profiler.stop()
         self._open = False
         self._history = History(0, {})
-        self._live_start, self._assumed = {}, {}
+        self._live_start = {}
         self._namespace = None
 
     def _close_gap(self) -> None:
@@ -254,6 +268,7 @@ class CpuBackend(Backend):
             return
         gap = History(0, {})
         gap.add(roots)
+        self._watch.forget(gap.tables.last)  # its events say what lives there
         for ptr, size in gap.tables.last.items():
             self._carried_frames.pop(ptr, None)  # the gap records no stacks
             if size > 0:

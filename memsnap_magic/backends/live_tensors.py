@@ -7,7 +7,7 @@ and object attributes a few levels deep (a few ms, unlike a full ``gc.get_object
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from itertools import chain, islice
 from types import FunctionType, ModuleType
 from typing import Any
@@ -31,12 +31,15 @@ _MACHINERY = frozenset(
 )
 
 
-def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT) -> dict[int, int]:
+def live_storages(
+    roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT, storages: dict[int, Any] | None = None
+) -> dict[int, int]:
     """``{data_ptr: nbytes}`` of CPU tensor storages reachable from ``roots`` within ``depth`` hops.
 
     Every object looked at is charged to ``limit`` (an int in a list of ten million costs one),
     and no container is copied past what is left of it, so the walk's cost is bounded whatever
-    the namespace holds; tensors past the limit go unseen.
+    the namespace holds; tensors past the limit go unseen. ``storages``, when given, receives the
+    storage objects by address (for ``Watch.see``).
     """
     import torch
 
@@ -51,6 +54,8 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT
         s = t.untyped_storage()
         if s.nbytes():
             found[s.data_ptr()] = s.nbytes()
+            if storages is not None:
+                storages[s.data_ptr()] = s
 
     def visit_all(children: Iterable[Any], level: int) -> None:
         for child in list(islice(children, max(left[0], 0))):  # never copies more than is left
@@ -88,9 +93,55 @@ def live_storages(roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: not a tensor we can read
             return
 
-    if isinstance(roots, dict):
-        names = (v for k, v in roots.items() if not (isinstance(k, str) and k.startswith("_")))
-        visit_all(names, depth)
-    else:
-        visit(roots, depth)
+    try:
+        if isinstance(roots, dict):
+            names = (v for k, v in roots.items() if not (isinstance(k, str) and k.startswith("_")))
+            visit_all(names, depth)
+        else:
+            visit(roots, depth)
+    finally:
+        # visit and visit_all refer to each other: a cycle that would hold the storages found
+        # (and so the user's memory) until the cyclic collector runs
+        visit = visit_all = None  # type: ignore[assignment]
     return found
+
+
+class Watch:
+    """Weak references to storages the walk found, by address, so that a block it saw once is
+    known freed later even when nothing recorded the free and no walk reaches it any more."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, Any] = {}
+
+    def see(self, storages: dict[int, Any], wanted: Container[int]) -> None:
+        """Refer to each storage of ``storages`` (address -> storage) whose address is ``wanted``."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        refs = self._refs
+        for ptr, storage in storages.items():
+            ref = refs.get(ptr)
+            # the same StorageImpl: a weak reference keeps its control block, so its pointer is not reused
+            if (ref is None or ref.cdata != storage._cdata) and ptr in wanted:
+                refs[ptr] = StorageWeakRef(storage)
+
+    def gone(self, blocks: dict[int, int]) -> set[int]:
+        """The addresses of ``blocks`` (address -> bytes) whose storage was seen and is now freed,
+        or resized in place (its memory moved)."""
+        import torch
+
+        freed = set()
+        for ptr, nbytes in blocks.items():
+            ref = self._refs.get(ptr)
+            if ref is None:
+                continue
+            storage = None if ref.expired() else torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+            if storage is None or storage.data_ptr() != ptr or storage.nbytes() != nbytes:
+                freed.add(ptr)
+        return freed
+
+    def forget(self, ptrs: Iterable[int]) -> None:
+        for ptr in ptrs:
+            self._refs.pop(ptr, None)
+
+    def keep_only(self, ptrs: Container[int]) -> None:
+        self._refs = {p: r for p, r in self._refs.items() if p in ptrs}
