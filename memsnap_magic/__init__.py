@@ -71,10 +71,12 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
     from .execute import SyntaxCheck
     from .magic import MemsnapMagics
+    from .readable import know_cells
     from .recorder import mark
 
     ipython.register_magics(MemsnapMagics)
     ipython.user_ns.setdefault("mark", mark)
+    know_cells(getattr(getattr(ipython, "compile", None), "_filename_map", None))
     if _before_cell not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", _before_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", None)

@@ -32,7 +32,7 @@ class CellCode:
         transformed = shell.transform_cell(body)
         # Tracebacks show line 1 as the magic's line; Python parses it as a blank line.
         self.filename = shell.compile.cache(
-            header + "\n" + transformed, shell.execution_count, raw_code=header + "\n" + body
+            header + "\n" + transformed, cell_number(shell), raw_code=header + "\n" + body
         )
         try:
             tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
@@ -67,6 +67,14 @@ class CellCode:
         except BaseException as e:
             _render_from_cell(self.shell, e, self.filename)
             raise
+
+
+def cell_number(shell: Any) -> int:
+    """The running cell's ``In[N]``. IPython 9 counts a cell before running it, 8 after, so
+    ``shell.execution_count`` is off by one on 9; the running cell's result holds its number."""
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    number = getattr(running, "execution_count", None)
+    return number if type(number) is int else shell.execution_count
 
 
 def _awaits_at_top_level(source: str) -> bool:

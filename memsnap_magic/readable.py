@@ -47,6 +47,17 @@ def _line(frame: dict[str, Any]) -> int | str:
     return line if type(line) is int and 0 < line < 1 << 31 else "?"  # 0: a module's entry, no line yet
 
 
+# filename -> In[N] of the cells the running shell compiled: ipykernel names a cell's file after a
+# hash of its code, so its number is only in the shell's compiler (set by ``%load_ext``)
+_cell_numbers: dict[str, int] = {}
+
+
+def know_cells(numbers: dict[str, int] | None) -> None:
+    """Read notebook cells' numbers from ``numbers`` (an IPython compiler's filename map) from now on."""
+    global _cell_numbers
+    _cell_numbers = numbers if isinstance(numbers, dict) else {}
+
+
 def _is_cell_frame(frame: dict[str, Any]) -> bool:
     name = _field(frame, "filename")
     return name.startswith("<ipython-input-") or "/ipykernel_" in name
@@ -58,7 +69,8 @@ def _where(frame: dict[str, Any]) -> str:
     if cell:
         return f"cell In[{cell.group(1)}]"
     if _is_cell_frame(frame):
-        return "notebook cell"
+        number = _cell_numbers.get(name)
+        return f"cell In[{number}]" if type(number) is int else "notebook cell"
     return _SITE.sub("", name)
 
 

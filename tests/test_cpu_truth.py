@@ -189,8 +189,10 @@ def test_the_start_moves_by_what_plain_cells_did(cpu, cells):
 
 
 def test_allocations_carry_the_python_stack_that_made_them(cpu):
-    run(cpu, "def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n")
-    run(cpu, "%%memsnap step=1\nsmall = torch.ones(4)\nkeep = grow(512)")
+    # numbered as a notebook numbers them (store_history), so the labels can be checked
+    defined = cpu.run_cell("def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n", store_history=True)
+    recorded = cpu.run_cell("%%memsnap step=1\nsmall = torch.ones(4)\nkeep = grow(512)", store_history=True)
+    assert defined.success and recorded.success and recorded.execution_count == defined.execution_count + 1
     iv = session().intervals[0]
     wait_for_writes()
     snap = pickle.loads(iv.path.read_bytes())
@@ -207,7 +209,12 @@ def test_allocations_carry_the_python_stack_that_made_them(cpu):
     # in the dashboard: the user's lines first, ours (the magic running the cell) left out
     rows = {b["size"]: frame_lines(b["frames"]) for b in iv.top_blocks}
     cell = ones[1]["filename"]
-    assert rows[2 * MiB][1].startswith("<module> (cell In[") and all("memsnap_magic" not in r for r in rows[2 * MiB])
+    # each cell by the number the user sees beside it
+    assert rows[2 * MiB][:2] == [
+        f"grow (cell In[{defined.execution_count}]:1)",
+        f"<module> (cell In[{recorded.execution_count}]:3)",
+    ]
+    assert all("memsnap_magic" not in r for r in rows[2 * MiB])
     assert cell.startswith("<ipython-input-")
     assert "records stacks of allocations of 1.0 KiB or more" in blocks_table(iv)
 

@@ -103,9 +103,8 @@ def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
 
 def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, capsys):
     sh = torch_ns
-    res = run(
-        sh, "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\ndef f():\n    raise ValueError('boom')\nf()"
-    )
+    code = "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\ndef f():\n    raise ValueError('boom')\nf()"
+    res = sh.run_cell(code, store_history=True)  # numbered, as a notebook's cells are
     assert isinstance(res.error_in_exec, ValueError) and str(res.error_in_exec) == "boom"
     assert not res.success
     (iv,) = session().intervals
@@ -116,6 +115,7 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
     assert text.count("Traceback") == 1 and "run_cell_magic" not in text
     assert "----> 5 f()" in text and "ValueError: boom" in text
+    assert f"Cell In[{res.execution_count}], line 5" in text  # the number beside the cell
     assert STATE.recording_devices() == []
 
 

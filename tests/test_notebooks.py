@@ -177,3 +177,23 @@ def test_a_real_kernel_loads_a_folder_over_worker_processes_and_reads_its_own_fi
     assert text(2).strip() == "[2] [(1, 0), (1, 1), (2, 0), (2, 1)]"
     assert text(4).strip() == "1 7"
     assert not [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
+
+
+def test_a_real_kernel_numbers_recorded_cells_as_it_numbers_them(tmp_path):
+    """ipykernel names a cell's file after a hash of its code: tracebacks and allocation sites of
+    a %%memsnap cell still name the cell by the number beside it."""
+    cells = [
+        "%load_ext memsnap_magic\nimport torch\nfrom memsnap_magic import session\n"
+        "from memsnap_magic.text import frame_lines",
+        "def grow():\n    return torch.ones(2**20)",
+        "%%memsnap device=cpu step=1\nkeep = grow()\nraise ValueError('boom')",
+        "print(frame_lines(session().last.top_blocks[0]['frames']))",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True).execute(cwd=str(tmp_path))
+    (error,) = [o for o in nb.cells[2].outputs if o.output_type == "error"]
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))
+    assert nb.cells[2].execution_count == 3 and "Cell In[3], line 3" in shown
+    assert "run_cell_magic" not in shown and shown.count("Traceback") <= 1
+    sites = "".join(o.get("text", "") for o in nb.cells[3].outputs)
+    assert "grow (cell In[2]:2)" in sites and "<module> (cell In[3]:2)" in sites, sites
