@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .readable import clean
 from .roles import Roles, Storages
 
 ACTIVATION, OTHER, UNKNOWN = "activation", "other", "unknown"
 ORDER = ("parameter", "gradient", "optimizer_state", ACTIVATION, OTHER, UNKNOWN)  # how they are listed
 _FREES = ("free_requested", "free_completed", "free")
+OTHER_NAMES = 16  # names beyond ORDER a file's categories are summed under
 
 
 def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], roles: Roles, end_us: int) -> None:
@@ -93,16 +95,28 @@ def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Role
     return found
 
 
-def totals(pairs: list[tuple[str | None, int]]) -> dict[str, int] | None:
-    """Bytes per category of ``(category, bytes)`` pairs, in ``ORDER`` then any other names;
-    None when no pair has a category (a file nobody labelled)."""
-    sums: dict[str, int] = {}
+def totals(pairs: list[tuple[Any, int]]) -> dict[str, int] | None:
+    """Bytes per category of ``(category, bytes)`` pairs, in ``ORDER`` then the largest other
+    names (at most ``OTHER_NAMES``; the rest count as ``unknown``); None when no pair has a
+    category (a file nobody labelled). A name that is not text counts as ``unknown``."""
+    sums: dict[Any, int] = {}
     labelled = False
     for category, size in pairs:
         labelled = labelled or category is not None
-        key = category or UNKNOWN
-        sums[key] = sums.get(key, 0) + size
+        sums[category] = sums.get(category, 0) + size
     if not labelled:
         return None
-    ranked = [c for c in ORDER if c in sums] + sorted(c for c in sums if c not in ORDER)
-    return {c: sums[c] for c in ranked}
+    named: dict[str, int] = {}
+    for category, size in sums.items():
+        key = category_name(category)
+        named[key] = named.get(key, 0) + size
+    others = sorted((c for c in named if c not in ORDER), key=lambda c: (-named[c], c))
+    for extra in others[OTHER_NAMES:]:
+        named[UNKNOWN] = named.get(UNKNOWN, 0) + named.pop(extra)
+    ranked = [c for c in ORDER if c in named] + sorted(others[:OTHER_NAMES])
+    return {c: named[c] for c in ranked}
+
+
+def category_name(category: Any) -> str:
+    """A file's category as a name to show: cleaned text, else ``unknown``."""
+    return clean(category, 64) if type(category) is str and category else UNKNOWN

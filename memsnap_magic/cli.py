@@ -19,7 +19,9 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -72,47 +74,63 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     return s
 
 
-def _leak_sites(s: Any) -> dict[int, list[Any]]:
-    """id(interval) -> the leak sites flagged at its step (findings.leak_sites), per run, rank, device."""
+Group = tuple[str, int, str]  # run, rank, device: the steps a leak is looked for across
+
+
+def _leak_sites(s: Any) -> tuple[list[Group], list[tuple[Group, Any]]]:
+    """The session's groups, and the leak sites flagged in each (findings.leak_sites)."""
     from .findings import leak_sites
 
-    groups: dict[tuple[Any, ...], list[Any]] = {}
+    groups: dict[Group, list[Any]] = {}
     for iv in s.intervals:
         groups.setdefault((iv.run, iv.rank, iv.device), []).append(iv)
-    flagged: dict[int, list[Any]] = {}
-    for ivs in groups.values():
-        for leak in leak_sites(ivs, [iv.step for iv in ivs]):
-            for iv in ivs:
-                if iv.step in leak.steps:
-                    flagged.setdefault(id(iv), []).append(leak)
-    return flagged
+    found = [(key, leak) for key, ivs in groups.items() for leak in leak_sites(ivs, [iv.step for iv in ivs])]
+    return list(groups), found
+
+
+def _group_label(key: Group, keys: list[Group]) -> str:
+    """What tells ``key`` apart from the other groups: its run, rank and device where they differ."""
+    parts = []
+    run, rank, device = key
+    if len({k[0] for k in keys}) > 1:
+        parts.append(f"run {clean(run) or '(none)'}")
+    if len({k[1] for k in keys}) > 1:
+        parts.append(f"rank {rank}")
+    if len({k[2] for k in keys}) > 1:
+        parts.append(device)
+    return " · ".join(parts)
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
     s = _session(args.paths, args.jobs or default_jobs())
-    flagged = _leak_sites(s)
+    groups, found = _leak_sites(s)
     if args.json:
         records = []
         for iv, rec in zip(s.intervals, s.to_records()):
             row = {k: rec[k] for k in _RECORD_KEYS}
-            row["leak_sites"] = [leak.site for leak in flagged.get(id(iv), [])]
+            key = (iv.run, iv.rank, iv.device)
+            row["leak_sites"] = [leak.site for g, leak in found if g == key and iv.step in leak.steps]
             records.append(row)
         json.dump(records, sys.stdout, indent=1, allow_nan=False)  # strict JSON: every figure is an int
         print()
         return
     print(interval_table(s.intervals))
-    leaks = {id(leak): leak for found in flagged.values() for leak in found}.values()
-    if leaks:
+    if found:
         print("\nleaks: allocation sites that kept memory in leaking steps")
-        for leak in sorted(leaks, key=lambda lk: -lk.total):
+        for key, leak in sorted(found, key=lambda gl: -gl[1].total):
             each = sorted(leak.kept)[len(leak.kept) // 2]
             per = "per step" if len(leak.steps) > 1 else "        "
-            print(f"  {fmt_bytes(each, signed=True):>12} {per}  {step_list(leak.steps):<16} {leak.site}")
+            where = _group_label(key, groups)
+            print(
+                f"  {fmt_bytes(each, signed=True):>12} {per}  {step_list(leak.steps):<16} {clean(leak.site)}"
+                + (f"  ({where})" if where else "")
+            )
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from .plots import overview_figure, png, ranks_figure, runs_figure
 
+    _check_output(args.output)
     s = _session(args.paths, args.jobs or default_jobs())
     runs = s.runs
     several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
@@ -122,9 +140,19 @@ def cmd_plot(args: argparse.Namespace) -> None:
         fig = ranks_figure(s.intervals)
     else:
         fig = overview_figure(s.intervals, view=args.view)
+    data = png(fig)
     with open(args.output, "wb") as f:
-        f.write(png(fig))
+        f.write(data)
     print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
+
+
+def _check_output(path: str) -> None:
+    """Refuse, before any work, an output the PNG cannot go to: another format's name, or a
+    path that is not a regular file (a FIFO would block, a folder cannot be written)."""
+    if Path(path).suffix.lower() != ".png":
+        raise SnapshotError(f"-o {clean(path)}: the picture is a PNG; name the file *.png")
+    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise SnapshotError(f"-o {clean(path)}: not a regular file")
 
 
 def cmd_diff(args: argparse.Namespace) -> None:
@@ -223,8 +251,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    """A warning as one line on stderr: ours say what happened; where in our code is noise here."""
+    print(one_line(str(message)), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         args.run(args)
         sys.stdout.flush()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends.registry import trace_index
+from .categories import category_name, totals
 from .figures import Figures
 from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
@@ -139,7 +140,7 @@ def _plain(block: dict[str, Any]) -> dict[str, Any]:
         "addr": block["addr"],
         "before": block["before"],
         "frames": plain_frames(block.get("frames")),
-        "category": category if type(category) is str else None,
+        "category": category_name(category) if category is not None else None,
     }
 
 
@@ -207,7 +208,6 @@ def _oom(summary: Any) -> dict[str, Any] | None:
     import numpy as np
 
     from .alive import alive_at
-    from .categories import totals
 
     if not len(summary.ooms):
         return None
@@ -231,7 +231,6 @@ def _count(value: Any) -> int | None:
 def _category_figures(summary: Any, at_peak: list[dict[str, Any]]) -> dict[str, Any]:
     """``by_category`` and ``by_category_at_peak`` of a labelled file, from its end state and
     every block alive at its peak."""
-    from .categories import totals
 
     _, sizes, blocks = summary.end
     at_end = totals([(b.get("category"), int(s)) for b, s in zip(blocks, sizes.tolist())])

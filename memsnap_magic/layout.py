@@ -228,4 +228,4 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def _natural(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", str(path))]

@@ -21,6 +21,7 @@ from .plotkit import (
     figure_legend,
     label_largest,
     panel_title,
+    plain_text,
     png,
     reuse_figure,
     step_axis,
@@ -85,6 +86,7 @@ VIEW_TITLES = {
 }
 
 
+@plain_text
 def overview_figure(
     intervals: Sequence[Any],
     view: str = "both",
@@ -232,6 +234,7 @@ def _tint(color: str, amount: float = 0.6) -> tuple[float, ...]:
     return tuple(c + (1 - c) * amount for c in (r, g, b))
 
 
+@plain_text
 def runs_figure(
     runs: Sequence[tuple[str, Sequence[Any]]],
     view: str = "both",
@@ -291,6 +294,7 @@ def runs_figure(
     return fig
 
 
+@plain_text
 def detail_figure(iv: Any, fig: Figure | None = None) -> Figure:
     """One step's allocated-memory timeline (decimated, peaks kept) with its peak marked."""
     fig, (ax,) = reuse_figure(fig, "detail", 3.2, _detail_axes)
@@ -333,6 +337,7 @@ def detail_figure(iv: Any, fig: Figure | None = None) -> Figure:
     return fig
 
 
+@plain_text
 def ranks_figure(intervals: Sequence[Any], selected: int | None = None, fig: Figure | None = None) -> Figure:
     """Several ranks (or devices): per step, the largest and smallest peak and their gap."""
     by_step: dict[int, list[Any]] = {}

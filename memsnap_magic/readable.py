@@ -13,8 +13,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal shows
-_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)], "?")
+# C0 and C1 controls, DEL, the bidirectional overrides that reorder what a terminal shows, and
+# lone surrogates (a pickle may hold them; no terminal or JSON encoder takes them)
+_CONTROLS = dict.fromkeys(
+    [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)], "?"
+)
+TEXT_LIMIT = 1024  # characters of a frame's filename or name read; longer ones are cut
+FRAMES_LIMIT = 128  # frames of one stack read: the innermost and the outermost halves
 
 
 def clean(text: str, limit: int = 300) -> str:
@@ -39,7 +44,9 @@ _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
 def _field(frame: dict[str, Any], key: str) -> str:
     """A frame's filename or name; "?" where a file gives something else (frames are data)."""
     value = frame.get(key)
-    return value if type(value) is str else "?"
+    if type(value) is not str:
+        return "?"
+    return value if len(value) <= TEXT_LIMIT else value[: TEXT_LIMIT - 1] + "…"
 
 
 def _line(frame: dict[str, Any]) -> int | str:
@@ -74,6 +81,16 @@ def _where(frame: dict[str, Any]) -> str:
     return _SITE.sub("", name)
 
 
+def _frames(frames: Any) -> list[dict[str, Any]]:
+    """The dicts of a stack, at most ``FRAMES_LIMIT``: a file may repeat one frame a million
+    times in a few bytes, and deep recursion repeats the middle of a stack, never its ends."""
+    if type(frames) is not list:
+        return []
+    if len(frames) > FRAMES_LIMIT:
+        frames = frames[: FRAMES_LIMIT // 2] + frames[-(FRAMES_LIMIT // 2) :]
+    return [f for f in frames if type(f) is dict]
+
+
 def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
     """A few readable frames: the notebook's cells first, then the innermost others.
 
@@ -81,7 +98,7 @@ def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
     code, so it is dropped (the ``%%memsnap`` line's own cell with it). A file's stack may hold
     anything: what is not a frame is left out, what is not a name reads "?".
     """
-    frames = [f for f in frames if type(f) is dict] if type(frames) is list else []
+    frames = _frames(frames)
     outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
     frames = frames[:outer]
     ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
@@ -92,7 +109,7 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     """The frames ``frame_lines`` reads, as plain ``filename``/``line``/``name`` dicts of str and
     int ("?" and 0 where a file gave something else): what a summary file keeps of a stack, so a
     summary read back shows exactly the lines its snapshot did."""
-    frames = [f for f in frames if type(f) is dict] if type(frames) is list else []
+    frames = _frames(frames)
     outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
     plain = []
     for f in frames[:outer]:

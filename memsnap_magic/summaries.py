@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from .layout import META_KEY, Meta
+from .readable import clean
 from .schema import INT64, MAX_SUM, SnapshotError, excerpt
 from .snapshot import write_atomically
 from .state import STATE
@@ -52,6 +53,9 @@ SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)
 _ITEMS = 1 << 10  # blocks, sites, categories
+# A file's sizes sum to at most MAX_SUM (schema), so a baseline (end + frees - allocations) or a
+# peak lies within three times that: what a digest can hold, and what a summary may.
+_BYTES = 3 * MAX_SUM
 _DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,32}(:[0-9]{1,9})?").fullmatch
 
 
@@ -118,8 +122,11 @@ def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
         folder, reason = cache_dir(), e.strerror or str(e)
         STATE.warn_once(
             f"summary cache {folder}",
-            f"memsnap: cannot cache summaries in {folder}: {reason}; set $MEMSNAP_CACHE_DIR to a writable folder",
+            f"memsnap: cannot cache summaries in {clean(str(folder))}: {reason}; "
+            "set $MEMSNAP_CACHE_DIR to a writable folder",
         )
+    except (ValueError, TypeError, RecursionError) as e:  # a figure JSON cannot hold: read it afresh next time
+        STATE.warn_once(f"summary {snapshot}", f"memsnap: cannot cache the summary of {clean(str(snapshot))}: {e}")
 
 
 def _ignored(where: Path, e: BaseException) -> None:
@@ -127,7 +134,8 @@ def _ignored(where: Path, e: BaseException) -> None:
     reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     STATE.warn_once(
         f"summary {where}",
-        f"memsnap: ignoring the summary {where}: {excerpt(reason, 200)[1:-1]}; reading its snapshot instead",
+        f"memsnap: ignoring the summary {clean(str(where))}: {excerpt(reason, 200)[1:-1]}; "
+        "reading its snapshot instead",
     )
 
 
@@ -140,12 +148,17 @@ def _write(target: Path, obj: dict[str, Any]) -> None:
 def _load(where: Path) -> Any:
     """A summary file's JSON: regular files of at most ``MAX_BYTES`` only."""
     fd = os.open(where, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Malformed("not a regular file")
         if st.st_size > MAX_BYTES:
             raise Malformed(f"{st.st_size:,} bytes, over the {MAX_BYTES:,}-byte limit for a summary")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         data = f.read(MAX_BYTES + 1)
     try:
         return json.loads(data)
@@ -202,7 +215,7 @@ def _timeline(deltas: Any, key: str) -> np.ndarray:
     if not (type(deltas) is list and len(deltas) <= _POINTS and all(type(v) is int for v in deltas)):
         raise Malformed(f"its {key} is not a list of at most {_POINTS:,} ints")
     values = list(accumulate(deltas))
-    low = 0 if key == "time_us" else -MAX_SUM
+    low = 0 if key == "time_us" else -_BYTES
     if values and not (min(values) >= low and max(values) < INT64):
         raise Malformed(f"its {key} leaves the range of {key}")
     return np.asarray(values, dtype=np.int64)
@@ -217,12 +230,17 @@ def _check(doc: str) -> Callable[[Callable[[Any], bool]], Callable[[Any], bool]]
     return name
 
 
-def _int(v: Any, low: int = 0, high: int = MAX_SUM) -> bool:
+def _int(v: Any, low: int = 0, high: int = _BYTES) -> bool:
     return type(v) is int and low <= v <= high
 
 
 def _str(v: Any) -> bool:
     return type(v) is str and len(v) <= 4096
+
+
+def _text(v: Any) -> bool:
+    """A site or a category: text we cleaned before writing it, so clean as read."""
+    return _str(v) and clean(v, 4096) == v
 
 
 def _list(v: Any, item: Callable[[Any], bool]) -> bool:
@@ -235,12 +253,12 @@ def _pair(v: Any) -> bool:
 
 @_check("a list of [site, bytes, blocks]")
 def _sites(v: Any) -> bool:
-    return _list(v, lambda r: type(r) is list and len(r) == 3 and _str(r[0]) and _int(r[1]) and _int(r[2]))
+    return _list(v, lambda r: type(r) is list and len(r) == 3 and _text(r[0]) and _int(r[1]) and _int(r[2]))
 
 
 @_check("null or a dict of category: bytes")
 def _categories(v: Any) -> bool:
-    return v is None or (type(v) is dict and len(v) <= _ITEMS and all(_str(k) and _int(n) for k, n in v.items()))
+    return v is None or (type(v) is dict and len(v) <= _ITEMS and all(_text(k) and _int(n) for k, n in v.items()))
 
 
 def _frame(f: Any) -> bool:
@@ -261,7 +279,7 @@ def _block(b: Any) -> bool:
         and _int(b["addr"], -INT64, 1 << 64)
         and type(b["before"]) is bool
         and _list(b["frames"], _frame)
-        and (b["category"] is None or _str(b["category"]))
+        and (b["category"] is None or _text(b["category"]))
     )
 
 
@@ -277,7 +295,7 @@ def _oom(v: Any) -> bool:
         and v.keys() == {"requested", "device_free", "allocated", "by_category", "sites"}
         and (v["requested"] is None or _int(v["requested"], 0, 1 << 62))
         and (v["device_free"] is None or _int(v["device_free"], 0, 1 << 62))
-        and _int(v["allocated"], -MAX_SUM)
+        and _int(v["allocated"], -_BYTES)
         and _categories(v["by_category"])
         and _sites(v["sites"])
     )
@@ -285,9 +303,9 @@ def _oom(v: Any) -> bool:
 
 _FIELDS: dict[str, Callable[[Any], bool]] = {
     "device": _check("a device name (cuda:0)")(lambda v: type(v) is str and _DEVICE(v) is not None),
-    "baseline_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
-    "peak_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
-    "end_allocated": _check("a byte count")(lambda v: _int(v, -MAX_SUM)),
+    "baseline_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
+    "peak_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
+    "end_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
     "trace_entries": _check("a count")(lambda v: _int(v, 0, INT64)),
     "top_blocks": _blocks,
     "kept_by_site": _sites,

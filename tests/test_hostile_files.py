@@ -15,6 +15,8 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -324,7 +326,10 @@ def _base() -> dict:
     ]
     for e in trace:
         e["frames"] = frames
+        e["category"] = "activation"
     snap = snapshot(trace, {0x200: 4096, 0x300: 1 << 20, 0x400: 512})
+    for seg in snap["segments"]:
+        seg["blocks"][0]["category"] = "parameter"
     snap["memsnap"] = {"step": 3, "rank": 0, "device": "cpu", "tag": "t", "error": None}
     return snap
 
@@ -367,6 +372,11 @@ def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
         iv = read_interval(file, 1)
     except SnapshotError:
         return
+    with warnings.catch_warnings(record=True) as warned:  # its summary, cached on the first read, is taken
+        warnings.simplefilter("always")
+        again = read_interval(file, 1)
+    assert [str(w.message) for w in warned] == []
+    assert again.to_record() == iv.to_record() and again.top_blocks == iv.top_blocks
     s = Session()
     s.add(iv)
     for text in (interval_table(s.intervals), describe(iv), blocks_table(iv)):
@@ -374,3 +384,189 @@ def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
     record = json.loads(json.dumps(s.to_records()[0], allow_nan=False, default=str))
     assert all(isinstance(record[k], int) for k in ("baseline_allocated", "peak_allocated", "end_allocated"))
     assert not any(isinstance(v, float) and not math.isfinite(v) for v in record.values())
+
+
+def _cli(*args: str, timeout: int = CHILD_TIMEOUT, **env: str) -> subprocess.CompletedProcess[str]:
+    """``memsnap ARGS`` in a child process, stdout strict UTF-8 as in a usual terminal."""
+    environ = {**os.environ, "PYTHONIOENCODING": "utf-8", **env}
+    return subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", *args], capture_output=True, text=True, timeout=timeout, env=environ
+    )
+
+
+def _blocks_with(frames_of, n: int, category=None, unit: int = 1024) -> dict:
+    """``n`` kept blocks of growing size, each allocated in the trace; ``frames_of(i)`` their stacks."""
+    trace, segments = [], []
+    for i in range(n):
+        size = unit * (i + 1)
+        e = {"action": "alloc", "addr": 4096 * (i + 1), "size": size, "stream": 0, "time_us": i, "frames": frames_of(i)}
+        block = {"size": size, "requested_size": size, "state": "active_allocated", "frames": frames_of(i)}
+        if category is not None:
+            e["category"] = block["category"] = category(i)
+        trace.append(e)
+        segments.append({"device": 0, "address": 4096 * (i + 1), "total_size": size, "stream": 0, "blocks": [block]})
+    return {"segments": segments, "device_traces": [trace]}
+
+
+@pytest.mark.parametrize(
+    "category",
+    [b"x", ("a",), float("nan"), 7, r"$\foo{$", "\x1b[2Jwipe\nforged", "a" * 10_000],
+    ids=["bytes", "tuple", "nan", "int", "mathtext", "escapes", "long"],
+)
+def test_categories_of_any_kind_are_summarised_drawn_and_cached(tmp_path, category):
+    folder = tmp_path / "run" / "step1"
+    folder.mkdir(parents=True)
+    write(folder, _blocks_with(lambda i: [], 3, lambda i: category), "x_rank0.pickle")
+    for args in (["summarize", str(tmp_path / "run")], ["summarize", "--json", str(tmp_path / "run")]):
+        out = _cli(*args)
+        assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+        assert "\x1b" not in out.stdout
+    records = json.loads(_cli("summarize", "--json", str(tmp_path / "run")).stdout)
+    names = set(records[0]["by_category"])
+    assert all(type(n) is str and len(n) <= 64 for n in names)
+    assert sum(records[0]["by_category"].values()) == records[0]["end_allocated"]
+    out = _cli("plot", str(tmp_path / "run"), "-o", str(tmp_path / "c.png"), "--view", "categories")
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_many_categories_are_named_up_to_a_limit(tmp_path):
+    from memsnap_magic.categories import OTHER_NAMES
+    from memsnap_magic.scan import read_interval
+
+    file = write(tmp_path, _blocks_with(lambda i: [], 1500, lambda i: f"kind{i}"))
+    iv = read_interval(file, 1)
+    assert len(iv.by_category) == OTHER_NAMES + 1  # the largest names, the rest as unknown
+    assert sum(iv.by_category.values()) == iv.end_allocated
+    assert iv.by_category["kind1499"] == 1500 * 1024  # the largest is named
+
+
+def _repeated_frame(blocks: int):
+    # one list of 100,000 references to one frame, shared by every entry and block (~200 KB)
+    shared = [{"filename": "/x.py", "line": 1, "name": "f"}] * 100_000
+    return _blocks_with(lambda i: shared, blocks)
+
+
+def _huge_filename(blocks: int):
+    # one frame with a 1 MB filename, each block holding its own one-item list
+    frame = {"filename": "/" + "a" * (1 << 20), "line": 1, "name": "f"}
+    return _blocks_with(lambda i: [frame], blocks)
+
+
+def _deep_recursion(blocks: int):
+    # a recursion 1,100 frames deep: read back from its summary too
+    return _blocks_with(
+        lambda i: [{"filename": "/src/deep.py", "line": d, "name": "recurse"} for d in range(1100)], blocks
+    )
+
+
+@pytest.mark.parametrize(
+    "build, blocks",
+    [(_repeated_frame, 40), (_huge_filename, 2000), (_deep_recursion, 2)],
+    ids=["a frame repeated", "a huge filename", "deep recursion"],
+)
+def test_stacks_that_amplify_are_read_within_bounds(tmp_path, build, blocks):
+    from memsnap_magic.readable import FRAMES_LIMIT, TEXT_LIMIT
+    from memsnap_magic.scan import read_interval
+
+    file = write(tmp_path, build(blocks))
+    assert file.stat().st_size < 4 << 20
+    t0 = time.perf_counter()
+    iv = read_interval(file, 1)
+    seconds = time.perf_counter() - t0
+    assert seconds < 60, seconds  # a hang guard (minutes before the fix), not a speed assertion
+    assert all(len(b["frames"]) <= FRAMES_LIMIT for b in iv.top_blocks)
+    assert all(len(f["filename"]) <= TEXT_LIMIT for b in iv.top_blocks for f in b["frames"])
+    cache = list(Path(os.environ["MEMSNAP_CACHE_DIR"]).rglob("*.json"))
+    assert len(cache) == 1 and cache[0].stat().st_size < 4 << 20
+    with warnings.catch_warnings(record=True) as warned:  # the summary we wrote is taken when read back
+        warnings.simplefilter("always")
+        assert read_interval(file, 1).top_blocks == iv.top_blocks
+    assert [str(w.message) for w in warned] == []
+
+
+def test_text_nothing_can_encode_is_printed_as_data(tmp_path):
+    bad = [{"filename": "/src/x\udcff.py", "line": 3, "name": "f\ud800"}]
+    for name, n in (("a", 1), ("b", 2)):  # b keeps 2 and 4 MiB more: a leak, and sites that changed
+        (tmp_path / name).mkdir()
+        write(tmp_path / name, _blocks_with(lambda i: bad, n, unit=2 << 20), "x.pickle")
+    for args in (
+        ["summarize", str(tmp_path / "a")],
+        ["diff", str(tmp_path / "a" / "x.pickle"), str(tmp_path / "b" / "x.pickle")],
+    ):
+        out = _cli(*args)
+        assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+        assert "f? (" in out.stdout, out.stdout  # the site, its unencodable character replaced
+
+
+def test_file_names_with_any_digits_are_ordered(tmp_path):
+    for name in ("x_rank0_1\u00b21.pickle", "x_rank0_\u0663.pickle", "x_rank0_2.pickle"):
+        write(tmp_path, _blocks_with(lambda i: [], 1), name)
+    out = _cli("summarize", str(tmp_path))
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+
+
+def test_a_summary_that_is_not_ours_to_print_is_ignored(tmp_path):
+    from memsnap_magic import summaries
+    from memsnap_magic.scan import read_interval
+
+    snap = _blocks_with(lambda i: [{"filename": "/src/train.py", "line": 9, "name": "step"}], 1)
+    snap["memsnap"] = {"step": 1, "rank": 0, "device": "cpu", "tag": "t", "error": None}
+    file = write(tmp_path, snap, "x\x1b]0;pwned\x07\nforged_rank0.pickle")
+    read_interval(file, 1)  # writes a true summary to the cache
+    (cached,) = Path(os.environ["MEMSNAP_CACHE_DIR"]).rglob("*.json")
+    doc = json.loads(cached.read_text())
+    doc["kept_by_site"] = [["\x1b]0;pwned\x07\x1b[2J\nforged", 1024, 1]]
+    beside = summaries.beside(file)
+    beside.write_text(json.dumps(dict(doc, path=None) if "path" in doc else doc))
+    cached.write_text(json.dumps(doc))
+    out = _cli("summarize", str(file))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "\x1b" not in out.stdout + out.stderr and "\x07" not in out.stdout + out.stderr
+    assert "ignoring the summary" in out.stderr and out.stderr.count("\n") <= 2
+
+
+def test_a_folder_in_place_of_a_summary_holds_no_file_open(tmp_path):
+    from memsnap_magic import summaries
+
+    file = write(tmp_path, _blocks_with(lambda i: [], 1), "x_rank0.pickle")
+    summaries.beside(file).mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(50):
+            assert summaries.read(file, os.stat(file)) is None
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_sums_up_to_what_a_file_may_hold_are_cached_and_read_back(tmp_path):
+    from memsnap_magic.scan import read_interval
+
+    big = 1 << 48  # the largest block; 8,192 frees of them sum to the schema's limit
+    trace = [
+        {"action": "free_completed", "addr": (1 << 50) + big * n, "size": big, "stream": 0, "time_us": n}
+        for n in range(8192)
+    ]
+    end = [{"size": big, "requested_size": big, "state": "active_allocated"}] * 8192  # the end state's limit
+    snap = {"segments": [{"device": 0, "address": 0, "total_size": 1 << 61, "stream": 0, "blocks": end}]}
+    snap["device_traces"] = [trace]
+    file = write(tmp_path, snap)
+    iv = read_interval(file, 1)
+    assert iv.baseline_allocated == 1 << 62
+    assert len(list(Path(os.environ["MEMSNAP_CACHE_DIR"]).rglob("*.json"))) == 1  # its summary, cached
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        assert read_interval(file, 1).baseline_allocated == 1 << 62
+    assert [str(w.message) for w in warned] == []
+
+
+@pytest.mark.parametrize("name", ["fifo", "x.jpg", "folder"])
+def test_a_picture_goes_only_to_a_png_file(tmp_path, name):
+    file = write(tmp_path, _blocks_with(lambda i: [], 1), "x_rank0.pickle")
+    target = tmp_path / name
+    if name == "fifo":
+        os.mkfifo(target)
+    elif name == "folder":
+        target = tmp_path / "folder.png"
+        target.mkdir()
+    out = _cli("plot", str(file), "-o", str(target), timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr

@@ -56,6 +56,22 @@ def test_a_site_that_keeps_memory_step_after_step_is_named_with_its_rate(tmp_pat
     assert "(none)" in kept_part  # both steps kept 4 MiB at that site: no change
 
 
+def test_the_leaks_section_says_which_run_each_leak_is_in(tmp_path, capsys):
+    for run, rate in (("before", 4), ("after", 2)):
+        held.clear()
+        for step in range(1, 5):
+            with Recorder(device="cpu", out=tmp_path / run, step=step, namespace={}):
+                if step >= 2:
+                    leaky_step(rate)
+    assert main(["summarize", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
+    lines = capsys.readouterr().out.split("leaks: allocation sites that kept memory in leaking steps\n")[1].splitlines()
+    assert len(lines) == 2 and "+4.0 MiB per step" in lines[0] and "+2.0 MiB per step" in lines[1]
+    assert lines[0].endswith("(run before)") and lines[1].endswith("(run after)")
+    assert main(["summarize", str(tmp_path / "after")]) == 0  # one run: nothing to tell apart
+    single = capsys.readouterr().out.split("leaks: allocation sites that kept memory in leaking steps\n")[1]
+    assert "+2.0 MiB per step" in single and "(run " not in single
+
+
 def test_a_buffer_replaced_each_step_is_not_a_leak():
     """A site that allocates in every step what the next frees keeps bytes each step, but no step
     leaks overall: nothing is flagged."""
