@@ -229,6 +229,11 @@ class CpuBackend(Backend):
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
         self._watch.see(found, self._carried)
         self._watch.keep_only(self._carried)
+        if self._namespace is not None and not self._watch.covers(self._carried):
+            # blocks no name reaches: an autograd graph kept alive (a loss in a list) may hold them
+            found = {}
+            live_storages(self._namespace, storages=found, graphs=True)
+            self._watch.see(found, self._carried)
         return snap
 
     def follow(self) -> None:

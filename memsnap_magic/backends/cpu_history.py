@@ -149,6 +149,14 @@ class History:
         # those inside the window are entries (the trace keeps its newest part, like PyTorch's ring).
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
+        # A start block's reported free can carry a stale size (the allocator's table remembers the
+        # size of an earlier block at that address when this one was allocated unrecorded): the
+        # size a walk read from the tensor stands.
+        known = {
+            p: n
+            for p, n in live_start.items()
+            if t.first.get(p, 0) < 0 and t.first_index[p] >= window_start and -t.first[p] != n
+        }
         stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
         trace: list[dict[str, Any]] = []
         add = trace.append  # entries written out here, not by helpers: a call per entry was half the build
@@ -171,6 +179,8 @@ class History:
                         segment["frames"] = frames
             else:
                 size = -size
+                if known and index == t.first_index.get(ptr):
+                    size = known.pop(ptr, size)
                 add({"action": "free_requested", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
                 add({"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
                 if segment_events:

@@ -7,6 +7,7 @@ and object attributes a few levels deep (a few ms, unlike a full ``gc.get_object
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Container, Iterable
 from itertools import chain, islice
 from types import FunctionType, ModuleType
@@ -32,14 +33,20 @@ _MACHINERY = frozenset(
 
 
 def live_storages(
-    roots: Any, depth: int = _WALK_DEPTH, limit: int = _WALK_LIMIT, storages: dict[int, Any] | None = None
+    roots: Any,
+    depth: int = _WALK_DEPTH,
+    limit: int = _WALK_LIMIT,
+    storages: dict[int, Any] | None = None,
+    graphs: bool = False,
 ) -> dict[int, int]:
     """``{data_ptr: nbytes}`` of CPU tensor storages reachable from ``roots`` within ``depth`` hops.
 
     Every object looked at is charged to ``limit`` (an int in a list of ten million costs one),
     and no container is copied past what is left of it, so the walk's cost is bounded whatever
     the namespace holds; tensors past the limit go unseen. ``storages``, when given, receives the
-    storage objects by address (for ``Watch.see``).
+    storage objects by address (for ``Watch.see``). ``graphs``: also the tensors the autograd
+    graph of each tensor found holds for its backward (a loss kept in a list holds its forward's
+    activations), each node charged to ``limit`` too.
     """
     import torch
 
@@ -63,6 +70,18 @@ def live_storages(
             if left[0] <= 0:
                 return
 
+    def graph(fn: Any) -> None:
+        stack = [fn]
+        while stack and left[0] > 0:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            left[0] -= 1
+            for value in _saved(node):
+                add(value)
+            stack.extend(f for f, _ in node.next_functions)
+
     def visit(obj: Any, level: int) -> None:
         left[0] -= 1
         kind = type(obj)  # type() never runs the object's code; isinstance may (a __class__ property)
@@ -74,6 +93,8 @@ def live_storages(
                 add(obj)
                 if obj.is_leaf and obj.grad is not None:
                     add(obj.grad)
+                elif graphs and obj.grad_fn is not None:
+                    graph(obj.grad_fn)
             elif issubclass(kind, torch.nn.Module):
                 visit_all(chain(obj.parameters(), obj.buffers()), 0)
             elif issubclass(kind, torch.optim.Optimizer):
@@ -102,8 +123,30 @@ def live_storages(
     finally:
         # visit and visit_all refer to each other: a cycle that would hold the storages found
         # (and so the user's memory) until the cyclic collector runs
-        visit = visit_all = None  # type: ignore[assignment]
+        visit = visit_all = graph = None  # type: ignore[assignment]
     return found
+
+
+def _saved(node: Any) -> list[Any]:
+    """The tensors an autograd node holds for its backward (none once a backward freed them),
+    and the leaf of an ``AccumulateGrad``."""
+    import torch
+
+    found = []
+    for name in _saved_names(type(node)):
+        try:
+            value = getattr(node, name)
+        except Exception:  # freed by a backward already
+            continue
+        for item in value if type(value) in (list, tuple) else (value,):
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+    return found
+
+
+@functools.cache
+def _saved_names(kind: type) -> tuple[str, ...]:
+    return (*(a for a in dir(kind) if a.startswith("_saved_")), *(("variable",) if hasattr(kind, "variable") else ()))
 
 
 class Watch:
@@ -138,6 +181,10 @@ class Watch:
             if storage is None or storage.data_ptr() != ptr or storage.nbytes() != nbytes:
                 freed.add(ptr)
         return freed
+
+    def covers(self, ptrs: Iterable[int]) -> bool:
+        """Whether every address of ``ptrs`` is referred to."""
+        return all(p in self._refs for p in ptrs)
 
     def forget(self, ptrs: Iterable[int]) -> None:
         for ptr in ptrs:
