@@ -100,6 +100,7 @@ class Recorder:
         self.intervals: list[Interval] = []
         self._backend: Backend | None = None
         self._current: int | None = None
+        self._begun: set[int] = set()  # the listed steps mark() began
         self._rank = 0
         self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
@@ -153,8 +154,11 @@ class Recorder:
         Never raises: a failure of ours is one warning, and a KeyboardInterrupt while the
         snapshot is taken or written stops that and leaves recording off (the cell's own outcome
         stands)."""
-        if self in STATE.active:
+        started = self in STATE.active
+        if started:
             STATE.active.remove(self)
+        if started and self.steps is not None and not set(self.steps) <= self._begun:
+            self._say_unmarked()
         keep, step = not self.options.clear, self._current
         try:
             if step is not None:
@@ -170,6 +174,17 @@ class Recorder:
         finally:
             if not keep and self._backend is not None and self._backend.recording:
                 self._quietly(self._backend.end, keep=False)
+
+    def _say_unmarked(self) -> None:
+        """A steps= loop that never reached some listed steps, or never called ``mark``."""
+        listed = ",".join(map(str, self.steps or ()))
+        missing = [s for s in self.steps or () if s not in self._begun]
+        if not self._begun:
+            first = missing[0]
+            what = f"no listed step began: call mark(step) at the start of each step of the loop (mark({first}) …)"
+        else:
+            what = f"step{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} never began (no mark() for them)"
+        warn(f"memsnap: steps={listed}: {what}; nothing was recorded for them", stacklevel=3)
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -197,6 +212,7 @@ class Recorder:
             if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
                 self._quietly(self._backend.follow)
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
+            self._begun.add(step)
             self._watch = self._quietly(self._new_watch, self._backend)
             self._usage = self._quietly(self._backend.usage)
             self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
@@ -321,7 +337,8 @@ class Recorder:
             self._write_now(snap, path, d, iv)
         if iv is not None:
             before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
-            if before is not None:
+            # a full ring dropped the oldest entries: its baseline is the window's start, not the interval's
+            if before is not None and not iv.overflowed:
                 iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
             if cleared:
                 STATE.last_end[backend.device] = (step, iv.end_allocated)

@@ -143,7 +143,17 @@ class Session:
 
 def _accumulate(iv: Interval, prev: Interval | None) -> None:
     """``iv``'s cumulative figures, given the interval added before it in its stream."""
-    # A snapshot after a clear=false interval already holds that interval's entries.
-    carried = prev.trace_entries if prev is not None and not prev.clear else 0
+    carried = prev.trace_entries if prev is not None and _holds(iv, prev) else 0
     iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
     iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
+
+
+def _holds(iv: Interval, prev: Interval) -> bool:
+    """Whether ``iv``'s snapshot holds ``prev``'s entries: a clear=false interval's history goes
+    on into the next one, unless recording stopped in between (``%memsnap off``, a reload): then
+    ``iv``'s events all come after ``prev`` ended."""
+    if prev.clear:
+        return False
+    if iv.time_us is None or prev.end_us is None:  # nothing tells: as the chain says
+        return True
+    return len(iv.time_us) > 0 and int(iv.time_us[0]) <= prev.end_us

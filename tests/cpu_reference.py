@@ -1,5 +1,7 @@
 """The CPU route's snapshot builder as it was before it read the profiler's events by columns
-(kept verbatim as the reference: the new one must give the same snapshot, entry for entry)."""
+(kept as the reference: the new one must give the same snapshot, entry for entry). One correction
+since, made to both: a start block's first reported free takes the size its tensor had, since the
+allocator's table may hold a stale size for that address."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def build_snapshot(
     }
     trace: list[dict[str, Any]] = []
     live: dict[int, int] = {}
+    freed: set[int] = set()  # addresses freed so far
     for t_ns, ptr, size in events:
         t_us = t_ns // 1000
         if size > 0:
@@ -52,8 +55,10 @@ def build_snapshot(
             trace.append({"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
             live[ptr] = size
         else:
+            known = live_start.get(ptr) if seen_first.get(ptr) == "free" and ptr not in freed else None
+            freed.add(ptr)
             live.pop(ptr, None)
-            trace += _free_entries(ptr, -size, t_us)
+            trace += _free_entries(ptr, known or -size, t_us)
     for ptr, size in silent.items():
         trace += _free_entries(ptr, size, end_us)
     freed_in_trace = {ptr for _, ptr, size in events if size < 0}

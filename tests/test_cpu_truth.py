@@ -57,6 +57,13 @@ def test_memory_changed_between_recorded_cells_is_said(cpu):
     assert two.baseline_allocated == session().intervals[0].end_allocated + 4 * MiB
 
 
+def test_a_full_ring_claims_no_move_of_the_start(cpu):
+    run(cpu, "%%memsnap step=1\na = torch.ones(16)")
+    run(cpu, "%%memsnap step=2 max_entries=3\nl = [torch.ones(1000) for _ in range(10)]")
+    two = session().intervals[1]
+    assert two.overflowed and two.moved is None  # its baseline is where the kept window starts
+
+
 def test_steps_after_unrecorded_steps_are_exact(cpu):
     # a buffer replaced every step: allocated in an unrecorded step, freed in a recorded one
     loop = (

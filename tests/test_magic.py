@@ -101,6 +101,32 @@ def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
     assert STATE.recording_devices() == []
 
 
+@pytest.mark.parametrize("between", ["%memsnap off", "%reload_ext memsnap_magic"])
+def test_a_chain_stopped_between_cells_adds_the_next_cells_entries_in_full(torch_ns, between):
+    sh = torch_ns
+    run(sh, "%%memsnap step=1 clear=false\nx1 = torch.empty(3*2**20, dtype=torch.uint8)")
+    run(sh, between)  # the history is dropped: step 2's file holds only its own entries
+    run(sh, "%%memsnap step=2\nx2 = torch.empty(2**20, dtype=torch.uint8)")
+    one, two = session().intervals
+    assert [s for _, s in allocs(two.path)] == [MiB]
+    assert two.cumulative_trace_entries == one.cumulative_trace_entries + two.trace_entries
+
+
+@pytest.mark.parametrize(
+    "loop, said",
+    [
+        ("x = 1", r"steps=1,2: no listed step began: call mark\(step\) at the start of each step"),
+        ("for step in range(1, 4):\n    mark(step)", r"steps=1,5,9: steps 5, 9 never began \(no mark\(\) for them\)"),
+    ],
+)
+def test_listed_steps_that_never_began_are_said(torch_ns, loop, said):
+    steps = "1,2" if loop == "x = 1" else "1,5,9"
+    with pytest.warns(RuntimeWarning, match=said):
+        res = torch_ns.run_cell(f"%%memsnap steps={steps}\n{loop}")
+    assert res.success
+    assert [iv.step for iv in session().intervals] == ([] if steps == "1,2" else [1])
+
+
 def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, capsys):
     sh = torch_ns
     code = "%%memsnap step=4\nz = torch.empty(2**20, dtype=torch.uint8)\ndef f():\n    raise ValueError('boom')\nf()"
