@@ -69,8 +69,14 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
         run, path = (named.group(1), named.group(2)) if named and not Path(given).exists() else (None, given)
         loaded += read_run([path], run, progress=sys.stderr.isatty(), jobs=jobs)
     s = Session()
-    for iv in in_step_order(loaded):
-        s.add(iv)
+    skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
+    if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped
+        old = skipped[0]
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        print(
+            f"memsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}",
+            file=sys.stderr,
+        )
     return s
 
 
@@ -143,7 +149,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
     data = png(fig)
     with open(args.output, "wb") as f:
         f.write(data)
-    print(f"memsnap: wrote {args.output} ({len(s.intervals)} steps)")
+    n = len(s.intervals)
+    print(f"memsnap: wrote {clean(args.output)} ({n} step{'s' * (n != 1)})")
 
 
 def _check_output(path: str) -> None:
@@ -162,6 +169,11 @@ def cmd_diff(args: argparse.Namespace) -> None:
     from .readable import site_bytes
     from .snapshot import load_snapshot
 
+    for path in (args.a, args.b):
+        if os.path.isdir(path):
+            raise SnapshotError(
+                f"diff {clean(path)}: a folder; diff compares two snapshot files (summarize reads folders)"
+            )
     figures, sites, kept = [], [], []
     for path in (args.a, args.b):
         snap = load_snapshot(path)
@@ -194,16 +206,22 @@ def cmd_diff(args: argparse.Namespace) -> None:
 
 
 def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
+    """``--top``: a whole number, 0 or more."""
+    return _whole(text, 0)
 
 
 def _jobs(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
+    """``--jobs``: worker processes, 1 or more."""
+    return _whole(text, 1)
+
+
+def _whole(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{clean(text, 40)!r}: give a whole number of {low} or more")
     return value
 
 
@@ -223,7 +241,7 @@ def _add_paths(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="memsnap",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.replace("``", "").split("\n\n")[0],  # docstring markup, not for a terminal
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -238,12 +256,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_paths(p)
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.set_defaults(run=cmd_summarize)
-    p = sub.add_parser("plot", help="the dashboard's overview as a PNG")
+    p = sub.add_parser(
+        "plot",
+        help="the dashboard's overview as a PNG",
+        description="The dashboard's overview as a PNG: each step's peak against what a never-cleared "
+        "snapshot would show, what each step kept, and the snapshots' sizes. Several runs are "
+        "compared step by step; several ranks or devices of one run are drawn side by side.",
+    )
     _add_paths(p)
-    p.add_argument("-o", "--output", required=True, help="PNG file to write")
-    p.add_argument("--view", choices=("interval", "cumulative", "both", "categories"), default="both")
+    p.add_argument("-o", "--output", required=True, help="PNG file to write (*.png)")
+    p.add_argument(
+        "--view",
+        choices=("interval", "cumulative", "both", "categories"),
+        default="both",
+        help="the peaks per step, as a never-cleared snapshot would show them, both (default), "
+        "or each step's peak by category",
+    )
     p.set_defaults(run=cmd_plot)
-    p = sub.add_parser("diff", help="what changed between two snapshots, and where")
+    p = sub.add_parser(
+        "diff",
+        help="what changed between two snapshots, and where",
+        description="Baseline, peak, end and entries of two snapshot files side by side, then the "
+        "allocation sites whose bytes alive at the peak, and whose bytes kept at the end, changed most.",
+    )
     p.add_argument("a", help="the earlier snapshot")
     p.add_argument("b", help="the later snapshot")
     p.add_argument("--top", type=_count, default=10, help="how many allocation sites to list")

@@ -52,7 +52,8 @@ class MemsnapMagics(Magics):
         raises or is interrupted, in the background (the next cell waits for it; wait=true
         writes before the cell returns), with a small summary beside it that makes reading the
         folder again fast. A one-line summary follows: peak, increase over the start,
-        what the step kept, the change against the previous step, the file.
+        what the step kept, entries, the file (and what moved the start since the last step,
+        when something did; comparisons between steps are in ``%memsnap list`` and the dashboard).
 
         With ``steps=1,5,10``, call ``mark(step)`` at the start of every step of a loop inside
         the cell: only the listed steps are recorded, each into its own file.
@@ -102,11 +103,16 @@ class MemsnapMagics(Magics):
 
         wait_for_writes()  # what the commands read (files, the session's paths) is on disk first
         name, _, rest = line.strip().partition(" ")
+        if name in ("", "help"):
+            print(_commands_help())
+            return
         command = COMMANDS.get(name)
         if command is None:
             raise UsageError(
-                f"%memsnap: unknown command {name!r} (allowed: {', '.join(COMMANDS)}); %%memsnap records a cell"
+                f"%memsnap: unknown command {name!r} (allowed: {', '.join(COMMANDS)}, help); %%memsnap records a cell"
             )
+        if rest.strip() and " " not in command.usage:
+            raise UsageError(f"%memsnap {name} takes nothing after it, not {rest.strip()!r}")
         command.run(self, rest)
 
     def _show(self, rest: str) -> None:
@@ -151,7 +157,7 @@ class MemsnapMagics(Magics):
             defaults.clear()
             defaults.update(new)
         shown = {key: defaults.get(key, opt.default) for key, opt in options.OPTIONS.items()}
-        print("memsnap defaults: " + " ".join(f"{k}={v}" for k, v in shown.items() if v is not None))
+        print("memsnap defaults: " + " ".join(f"{k}={options.as_text(v)}" for k, v in shown.items() if v is not None))
 
     def _list(self, rest: str) -> None:
         from .text import interval_table
@@ -188,9 +194,17 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def _commands_help(cell: bool = True) -> str:
+    """The line commands, one per line (``%memsnap`` alone or ``%memsnap help`` prints them)."""
+    lines = [f"%memsnap {c.usage:<24}{c.help}" for c in COMMANDS.values()]
+    if cell:
+        lines.append(f"{'%%memsnap [key=value ...]':<33}record a cell (%%memsnap? lists the options)")
+    return "\n".join(lines)
+
+
 def _docstring() -> str:
     indent = " " * 12
-    commands = f"\n{indent}".join(f"%memsnap {c.usage:<24}{c.help}" for c in COMMANDS.values())
+    commands = _commands_help(cell=False).replace("\n", "\n" + indent)
     usage = options.usage().replace("\n", "\n" + indent)
     doc = MemsnapMagics.memsnap.__doc__ or ""
     for key, text in (("{usage}", usage), ("{commands}", commands), ("{layout}", LAYOUT)):

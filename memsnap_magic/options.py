@@ -65,7 +65,10 @@ class Options:
         "auto", Device(), "What to record. auto: the current accelerator, else the CPU.", "device=cuda:1"
     )
     rank: int | None = _option(
-        None, Integer(0, "R"), "Rank in file names; default: $RANK, else torch.distributed's rank, else 0.", "rank=3"
+        None,
+        Integer(0, "R"),
+        "Rank in file names; default: $RANK, else torch.distributed's rank, else the ipyparallel engine id, else 0.",
+        "rank=3",
     )
     max_entries: int = _option(
         100_000, Integer(1), "Trace ring size; older entries of a longer interval are dropped.", "max_entries=500000"
@@ -213,10 +216,19 @@ def _checked(options: Options, prog: str) -> Options:
     if options.steps is not None and not options.clear:
         raise OptionError(
             f"{prog}: steps= starts every listed step from a fresh history, so it "
-            "cannot take clear=false; use step= cells with clear=false for the "
-            "cumulative behaviour"
+            "cannot take clear=false (one may be a %memsnap config default; unset it with clear=); "
+            "use step= cells with clear=false for the cumulative behaviour"
         )
     return options
+
+
+def as_text(value: Any) -> str:
+    """An option's value as it is written in an option (true, 1,5,10), to show it back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def help_text(indent: int = 0, width: int = 92) -> str:
@@ -224,7 +236,7 @@ def help_text(indent: int = 0, width: int = 92) -> str:
     by ``indent`` to sit in a docstring."""
     pad, rows = " " * indent, []
     for key, opt in OPTIONS.items():
-        default = "" if opt.default is None else f" [default: {opt.default}]"
+        default = "" if opt.default is None else f" [default: {as_text(opt.default)}]"
         rows.append(f"{pad}  {key}=  ({opt.allowed}){default}")
         rows += textwrap.wrap(opt.help, width, initial_indent=pad + "      ", subsequent_indent=pad + "      ")
         rows.append(f"{pad}      e.g. {opt.example}")

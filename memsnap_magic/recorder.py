@@ -249,12 +249,15 @@ class Recorder:
                 found[key] = [value]
         import torch
 
-        kinds = {"model": torch.nn.Module, "optimizer": torch.optim.Optimizer}
+        kinds = {
+            "model": (torch.nn.Module, "torch.nn.Module"),
+            "optimizer": (torch.optim.Optimizer, "torch.optim.Optimizer"),
+        }
         for key, (value,) in found.items():
-            if not isinstance(value, kinds[key]):
-                raise opts.OptionError(
-                    f"{key}=: a {type(value).__name__}, not a torch {kinds[key].__module__}.{kinds[key].__name__}"
-                )
+            kind, public = kinds[key]
+            if not isinstance(value, kind):
+                named = getattr(o, key) or "the object given"
+                raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
         if len(found) == 2:
             return found["model"], found["optimizer"]
         modules, optimizers = self._quietly(training_objects, self.namespace) or ([], [])

@@ -130,7 +130,8 @@ def _digest_or_error(path: Path) -> dict[str, Any] | SnapshotError:
 
 
 def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[Interval]:
-    """Run by run, each in step and rank order. Runs come in the order each first appears, or
+    """Run by run, each in step and rank order (a step and rank written twice: the older file
+    first, from its ``memsnap`` block's time). Runs come in the order each first appears, or
     with ``by_time`` in the order they were recorded (runs whose files say when first, then
     the rest as they appear): a folder's runs as the session that recorded them had them, not
     by their folders' names."""
@@ -144,7 +145,8 @@ def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[
             if iv.end_us is not None:
                 began[iv.run] = min(began.get(iv.run, iv.end_us), iv.end_us)
         first = {run: (run not in began, began.get(run, 0), *n) for run, n in first.items()}
-    return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank))
+    # one step and rank twice (a kernel restarted and wrote it again): the newer comes last, and wins
+    return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank, iv.end_us or 0))
 
 
 def read_run(

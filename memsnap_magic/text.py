@@ -252,6 +252,10 @@ def run_label(name: str) -> str:
     return name or "this session"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
     """What ``%memsnap load`` brought in, and into which run(s)."""
     steps = sorted({iv.step for iv in intervals})
@@ -260,9 +264,9 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
     for iv in intervals:
         runs[iv.run] = runs.get(iv.run, 0) + 1
     into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
-    again = f" ({replaced} replaced steps loaded before)" if replaced else ""
+    again = f" (replacing {_count(replaced, 'step')} loaded before)" if replaced else ""
     return (
-        f"memsnap: loaded {len(intervals)} snapshot(s) into run{'s' * (len(runs) > 1)} {into}{again}: "
+        f"memsnap: loaded {_count(len(intervals), 'snapshot')} into run{'s' * (len(runs) > 1)} {into}{again}: "
         f"steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
     )
 

@@ -40,6 +40,7 @@ CUMULATIVE_MEANS = (
     "step included (the ever-growing files memsnap avoids)"
 )
 POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
+RUN_FINDINGS = 4  # runs whose findings the header lists when runs are compared
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
 
 
@@ -274,7 +275,9 @@ class Dashboard:
         elif compared:
             label = run_label(self.run.value)
             header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
-            lines = [headline(ivs)] if ivs else []
+            # every run's findings, the selected one's first: a leak in another run stays in view
+            ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
+            lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
             lines += [c for name, other in compared if name != label and (c := compare_runs(label, ivs, name, other))]
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})

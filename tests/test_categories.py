@@ -67,7 +67,8 @@ def test_named_models_and_bad_names(shell):
     for line, message in [
         ("model=nope", r"model=nope: no 'nope' in the namespace"),
         ("model=net.nope", r"model=net.nope: net has no 'nope'"),
-        ("model=n", r"model=: a int, not a torch"),
+        ("model=n", r"model=n: that is a int, not a torch\.nn\.Module$"),
+        ("optimizer=net", r"optimizer=net: that is a Linear, not a torch\.optim\.Optimizer$"),
         ("optimizer=1x", r"optimizer=.*not a Python name"),
     ]:
         with pytest.raises(UsageError, match=message):

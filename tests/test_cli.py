@@ -95,6 +95,9 @@ def test_diff_names_the_site_that_grew(verl_folder, capsys):
         (["summarize", "/no/such/path"], "no such file or folder"),
         (["frobnicate"], "invalid choice"),
         (["plot", "x.pickle"], "required"),
+        (["summarize", "--jobs", "0", "x"], "--jobs/-j: '0': give a whole number of 1 or more"),
+        (["diff", "--top", "-1", "a", "b"], "--top: '-1': give a whole number of 0 or more"),
+        (["diff", "/", "/"], "diff /: a folder; diff compares two snapshot files"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, words):
@@ -125,7 +128,7 @@ def test_console_script_help():
 def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
     shell.run_line_magic("memsnap", f"load {verl_folder}")
     # a folder of step folders is a run, named after the folder, apart from this session's own
-    assert "loaded 6 snapshot(s) into run 'profile': steps 1, 5, 10; ranks 0, 1" in capsys.readouterr().out
+    assert "loaded 6 snapshots into run 'profile': steps 1, 5, 10; ranks 0, 1" in capsys.readouterr().out
     assert list(session().runs) == ["profile"]
     assert sorted((iv.step, iv.rank) for iv in session().intervals) == [
         (1, 0),
@@ -139,3 +142,27 @@ def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
         shell.run_line_magic("memsnap", "load /no/such/dir")
     with pytest.raises(UsageError, match="give one or more"):
         shell.run_line_magic("memsnap", "load")
+
+
+def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):
+    from memsnap_magic.snapshot import dump_snapshot
+
+    for pid, end_us, size in (("pid7-aaaaaa", 2_000, 2 * 1024), ("pid9-bbbbbb", 1_000, 1024)):  # pid9 is older
+        snap = snapshot(alloc(0x1000, size, 10), {0x1000: size})
+        snap["memsnap"] = {
+            "step": 3,
+            "rank": 0,
+            "device": "cpu",
+            "tag": "torch_memory",
+            "error": None,
+            "end_us": end_us,
+        }
+        dump_snapshot(snap, tmp_path / "step3" / f"torch_memory_rank0_{pid}.pickle")
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", "--json", str(tmp_path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+    (record,) = json.loads(proc.stdout)
+    assert record["peak_allocated"] == 2 * 1024  # the newer file's
+    assert proc.stderr.count("\n") == 1 and "step 3 rank 0 has a newer file; skipped" in proc.stderr
+    assert "pid9-bbbbbb" in proc.stderr

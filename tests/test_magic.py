@@ -405,4 +405,27 @@ def test_line_commands_help_and_errors_come_from_one_table(shell):
         assert f"%memsnap {command.usage}" in doc and command.help in doc
     with pytest.raises(UsageError) as info:
         shell.run_line_magic("memsnap", "shwo")
-    assert f"allowed: {', '.join(COMMANDS)}" in str(info.value)
+    assert f"allowed: {', '.join(COMMANDS)}, help" in str(info.value)
+
+
+@pytest.mark.parametrize("line", ["", "help"])
+def test_memsnap_alone_or_help_lists_the_commands(shell, capsys, line):
+    from memsnap_magic.magic import COMMANDS
+
+    shell.run_line_magic("memsnap", line)
+    out = capsys.readouterr().out
+    assert all(f"%memsnap {c.usage}" in out for c in COMMANDS.values()) and "%%memsnap [key=value ...]" in out
+
+
+@pytest.mark.parametrize("command", ["list", "show", "reset", "off"])
+def test_commands_without_arguments_refuse_words_after_them(shell, command):
+    with pytest.raises(UsageError, match=f"%memsnap {command} takes nothing after it, not 'extra'"):
+        shell.run_line_magic("memsnap", f"{command} extra")
+
+
+def test_config_shows_the_defaults_as_options_take_them(shell, capsys):
+    shell.run_line_magic("memsnap", "config steps=1,5 clear=true wait=false max_entries=5")
+    shown = capsys.readouterr().out.strip().removeprefix("memsnap defaults: ")
+    assert "steps=1,5" in shown and "wait=false" in shown and "clear=true" in shown
+    shell.run_line_magic("memsnap", "config " + shown)  # what it shows, it takes back
+    assert capsys.readouterr().out.strip().removeprefix("memsnap defaults: ") == shown

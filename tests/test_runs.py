@@ -86,7 +86,7 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     out = capsys.readouterr().out
-    assert "into run 'before': steps 1" in out and "(1 replaced steps loaded before)" in out
+    assert "into run 'before': steps 1" in out and "(replacing 1 step loaded before)" in out
     assert [iv.step for iv in session().runs["before"].intervals] == [1]
     # nothing joins the session's own run: a recorded cell still starts at step 1 there
     shell.run_cell("%%memsnap\npass")
@@ -155,6 +155,8 @@ def test_the_dashboard_compares_runs_step_by_step():
     assert [float(p.vertices[:, 1].max()) for p in kept[1].get_paths()] == [0] * 9
     header = d.header.value
     assert "in run <b>after</b> · 2 runs compared" in header
+    # each run's findings, the selected one's first: the other run's leak stays in view
+    assert header.index("<br>after: no leak or spike") < header.index("<br>before: leak: steps 3–8 each kept")
     assert "after vs before on steps 1–9: largest peak change at step 5" in header
     assert "kept in total +192.0 MiB → ±0 B" in header
     # the detail follows the run selector; the step number stays when the run changes
