@@ -227,6 +227,8 @@ class CpuBackend(Backend):
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
         self._carried = {b["address"]: b["requested_size"] for b in blocks}
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
+        # a reference at an address the interval allocated or freed at is an earlier storage's
+        self._watch.forget(self._history.tables.last)
         self._watch.see(found, self._carried)
         self._watch.keep_only(self._carried)
         if self._namespace is not None and not self._watch.covers(self._carried):

@@ -186,9 +186,9 @@ class Watch:
         """Whether every address of ``ptrs`` is referred to."""
         return all(p in self._refs for p in ptrs)
 
-    def forget(self, ptrs: Iterable[int]) -> None:
-        for ptr in ptrs:
-            self._refs.pop(ptr, None)
+    def forget(self, ptrs: Container[int]) -> None:
+        """Drop the references at ``ptrs``: events there say what lives at them now."""
+        self._refs = {p: r for p, r in self._refs.items() if p not in ptrs}
 
     def keep_only(self, ptrs: Container[int]) -> None:
         self._refs = {p: r for p, r in self._refs.items() if p in ptrs}
