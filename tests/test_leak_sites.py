@@ -58,9 +58,9 @@ def test_a_site_that_keeps_memory_step_after_step_is_named_with_its_rate(tmp_pat
 
 def test_the_leaks_section_says_which_run_each_leak_is_in(tmp_path, capsys):
     for run, rate in (("before", 4), ("after", 2)):
-        held.clear()
+        held.clear()  # between the runs, unrecorded: the walk's references see it
         for step in range(1, 5):
-            with Recorder(device="cpu", out=tmp_path / run, step=step, namespace={}):
+            with Recorder(device="cpu", out=tmp_path / run, step=step, namespace={"held": held}):
                 if step >= 2:
                     leaky_step(rate)
     assert main(["summarize", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
