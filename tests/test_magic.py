@@ -141,7 +141,8 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
     assert text.count("Traceback") == 1 and "run_cell_magic" not in text
     assert "----> 5 f()" in text and "ValueError: boom" in text
-    assert f"Cell In[{res.execution_count}], line 5" in text  # the number beside the cell
+    # the number beside the cell (IPython 8.0-8.3 print "Input In [N]", later ones "Cell In[N], line L")
+    assert re.search(rf"Cell In\[{res.execution_count}\], line 5|Input In \[{res.execution_count}\]", text)
     assert STATE.recording_devices() == []
 
 
