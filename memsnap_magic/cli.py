@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 from .readable import clean, one_line
 from .scan import default_jobs
 from .snapshot import SnapshotError
-from .text import fmt_bytes, interval_table, step_list
+from .text import count_of, fmt_bytes, interval_table, run_label, step_list
 
 _RECORD_KEYS = (
     "run",
@@ -99,7 +99,7 @@ def _group_label(key: Group, keys: list[Group]) -> str:
     parts = []
     run, rank, device = key
     if len({k[0] for k in keys}) > 1:
-        parts.append(f"run {clean(run) or '(none)'}")
+        parts.append(f"run {clean(run_label(run))}")  # the session's own cells: "this session", as elsewhere
     if len({k[1] for k in keys}) > 1:
         parts.append(f"rank {rank}")
     if len({k[2] for k in keys}) > 1:
@@ -149,8 +149,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     data = png(fig)
     with open(args.output, "wb") as f:
         f.write(data)
-    n = len(s.intervals)
-    print(f"memsnap: wrote {clean(args.output)} ({n} step{'s' * (n != 1)})")
+    print(f"memsnap: wrote {clean(args.output)} ({count_of(len(s.intervals), 'step')})")
 
 
 def _check_output(path: str) -> None:

@@ -252,7 +252,8 @@ def run_label(name: str) -> str:
     return name or "this session"
 
 
-def _count(n: int, noun: str) -> str:
+def count_of(n: int, noun: str) -> str:
+    """``1 step``, ``3 steps``."""
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
@@ -264,9 +265,9 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
     for iv in intervals:
         runs[iv.run] = runs.get(iv.run, 0) + 1
     into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
-    again = f" (replacing {_count(replaced, 'step')} loaded before)" if replaced else ""
+    again = f" (replacing {count_of(replaced, 'step')} loaded before)" if replaced else ""
     return (
-        f"memsnap: loaded {_count(len(intervals), 'snapshot')} into run{'s' * (len(runs) > 1)} {into}{again}: "
+        f"memsnap: loaded {count_of(len(intervals), 'snapshot')} into run{'s' * (len(runs) > 1)} {into}{again}: "
         f"steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
     )
 

@@ -26,6 +26,7 @@ from .text import (
     bar_figures,
     blocks_table,
     compare_runs,
+    count_of,
     headline,
     interval_table,
     oom_report,
@@ -263,8 +264,7 @@ class Dashboard:
 
     def _draw_overview(self) -> None:
         ivs = self.shown()
-        n = len(ivs)
-        header = f"<b>memsnap</b> · {n} step{'s' * (n != 1)}"
+        header = f"<b>memsnap</b> · {count_of(len(ivs), 'step')}"
         compared = self._compared()
         if self.group.value == ALL_RANKS:
             header += f" · {len(self.groups())} ranks/devices"
@@ -354,7 +354,7 @@ class Dashboard:
         ivs, compared = self.shown(), self._compared()
         png = base64.b64encode(self._overview_png).decode("ascii")
         table = interval_table(self.session.intervals if compared else ivs)
-        as_of = f"as of step {ivs[-1].step} ({len(ivs)} step{'s' * (len(ivs) != 1)})" if ivs else "no steps yet"
+        as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"
         if compared:
             as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
         state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
