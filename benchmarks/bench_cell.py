@@ -31,6 +31,7 @@ from __future__ import annotations
 import statistics
 
 from common import (
+    BARE_END,
     BARE_TRACER,
     MLP_SETUP,
     Context,
@@ -74,7 +75,7 @@ def run(ctx: Context) -> list[Row]:
                     "reference": lambda: run_cell(shell, body),
                     "with_write": lambda: written("%%memsnap\n" + body),
                     # PyTorch's part: its profiler session with the tracer on, around the same body
-                    "bare_session": lambda: run_cell(shell, BARE_TRACER + body + "_disable_profiler()\n"),
+                    "bare_session": lambda: run_cell(shell, BARE_TRACER + body + BARE_END),
                 },
                 ctx.repeats,
                 settle=wait_for_writes,
@@ -85,7 +86,7 @@ def run(ctx: Context) -> list[Row]:
                     "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
                     "reference": lambda: run_cell(shell, "_tiny = 1"),
                     "with_write": lambda: written("%%memsnap\n_tiny = 1"),
-                    "bare_session": lambda: run_cell(shell, BARE_TRACER + "_tiny = 1\n_disable_profiler()\n"),
+                    "bare_session": lambda: run_cell(shell, BARE_TRACER + "_tiny = 1\n" + BARE_END),
                 },
                 ctx.repeats * 3,
                 settle=wait_for_writes,

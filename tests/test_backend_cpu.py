@@ -244,3 +244,57 @@ def test_the_walk_spends_nothing_on_the_notebooks_machinery(shell):
     assert {"exit", "quit", "get_ipython"} <= set(ns)
     found = live_storages(ns, limit=40)
     assert found == {ns["w"].untyped_storage().data_ptr(): 4000}
+
+
+def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
+    # freeing what PyTorch reported costs ~1 µs per event: the writer does it, and no session
+    # starts while it runs (PyTorch's profiler state is not ours to race)
+    import threading
+
+    from memsnap_magic.backends.cpu import _Profiler
+    from memsnap_magic.writer import WRITER, wait_for_writes
+
+    profiler = _Profiler()
+    profiler.warm_up()
+    profiler.start()
+    kept = torch.ones(1000)
+    roots = profiler.stop()
+    assert roots and profiler.spent  # read, not yet freed
+    order: list[str] = []
+    gate = threading.Event()
+
+    def busy() -> None:  # a write still running when the cell's results are handed over
+        gate.wait(10)
+        order.append("write done")
+
+    WRITER.submit(busy, "a slow write")
+    profiler.release()
+    assert profiler.spent == []  # handed over: the cell holds none of it
+    del roots
+    opener = threading.Timer(0.2, lambda: (order.append("gate opened"), gate.set()))
+    opener.start()
+    profiler.start()  # waits for the release queued behind the slow write
+    order.append("started")
+    profiler.stop()
+    profiler.release()
+    wait_for_writes()
+    opener.join()
+    assert order == ["gate opened", "write done", "started"]
+    assert profiler._released is not None and profiler._released[1].is_set()
+    del kept
+
+
+def test_a_cell_hands_its_profiler_results_to_the_writer(shell):
+    from memsnap_magic.state import STATE
+    from memsnap_magic.writer import wait_for_writes
+
+    shell.run_cell("import torch")
+    for _ in range(2):
+        res = shell.run_cell("%%memsnap device=cpu\nxs = [torch.ones(100) for _ in range(1000)]")
+        assert res.success
+        profiler = STATE.cpu_profiler
+        assert profiler.spent == [] and profiler._released is not None
+        wait_for_writes()
+        assert profiler._released is None or profiler._released[1].is_set()
+    assert len(STATE.session.intervals) == 2
+    assert STATE.session.intervals[-1].end_allocated - STATE.session.intervals[-1].baseline_allocated == 0
