@@ -282,17 +282,13 @@ class Recorder:
     def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
-        from .backends.registry import trace_index
-        from .intervals import digest, interval_from_digest
-        from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
-        from .writer import WRITER
-
+        # Until the snapshot is taken every Python call is recorded on CPU (the tracer): as few as can be.
         backend, o = self._backend, self.options
         assert backend is not None
         watch, self._watch = self._watch, None
-        if watch is not None:  # its hooks come off the optimizers whatever happens next
-            self._quietly(watch.detach)
         if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
+            if watch is not None:
+                self._quietly(watch.detach)
             warn(
                 f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
                 "(%memsnap off?); nothing was written",
@@ -300,9 +296,19 @@ class Recorder:
             )
             return
         end_us = time.time_ns() // 1000
-        usage = self._quietly(backend.usage)
-        snap = self._quietly(backend.snapshot)
+        try:
+            usage = self._quietly(backend.usage)
+            snap = self._quietly(backend.snapshot)
+        finally:
+            if watch is not None:  # its hooks come off the optimizers whatever happens next
+                self._quietly(watch.detach)
         allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
+
+        from .backends.registry import trace_index
+        from .intervals import digest, interval_from_digest
+        from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
+        from .writer import WRITER
+
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
