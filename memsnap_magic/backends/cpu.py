@@ -104,12 +104,12 @@ class _Profiler:
         self.spent += [result, roots]  # the last references: freed by ``release``
         return roots
 
-    def release(self) -> None:
+    def release(self, events: int) -> None:
         """Free what the stopped sessions reported off the cell's critical path: the background
         writer does it (before the cell's file), and the next session starts once it is done.
-        Destroying a session's results costs ~1 µs per event (0.3-0.6 s after 300,000); a small
-        session's are freed here, for less than handing them over costs."""
-        if sum(len(x) for x in self.spent if isinstance(x, list)) < FREE_HERE:
+        Destroying a session's results costs ~1 µs per event (0.3-0.6 s after 300,000); those
+        of a few ``events`` are freed here, for less than handing them over costs."""
+        if events < FREE_HERE:
             self.spent.clear()
             return
         from ..writer import WRITER
@@ -118,7 +118,9 @@ class _Profiler:
         spent, self.spent = self.spent, []
         done = threading.Event()
         self._released = (os.getpid(), done)
-        WRITER.submit(_freeing(spent, done), "the CPU profiler's results")
+        # Freeing a big session holds the GIL throughout: the cell finishes and replies first.
+        pause = YIELD_S if events >= YIELD_PAST else 0.0
+        WRITER.submit(_freeing(spent, done, pause), "the CPU profiler's results")
 
     def _settle(self) -> None:
         """Free what is spent now, and wait for what is being freed in the background."""
@@ -133,14 +135,16 @@ class _Profiler:
             self._released = None
 
 
-FREE_HERE = 256  # tree nodes read (each level's list counts its own) below which freeing is cheaper than a hand-over
+FREE_HERE = 64  # allocation events read below which freeing a session's results is cheaper than a hand-over
+YIELD_PAST, YIELD_S = 20_000, 0.05  # past these events the freeing waits this long before it starts
 
 
-def _freeing(spent: list[Any], done: threading.Event) -> Callable[[], None]:
+def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[[], None]:
     """A writer job freeing ``spent``; lists a chunk at a time, so the GIL changes hands between."""
 
     def job() -> None:
         try:
+            time.sleep(pause)
             while spent:
                 item = spent.pop()
                 while isinstance(item, list) and item:
@@ -201,6 +205,7 @@ class CpuBackend(Backend):
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
+        self._read = 0  # allocation events read from the sessions whose results are not yet freed
 
     @property
     def recording(self) -> bool:
@@ -260,6 +265,7 @@ class CpuBackend(Backend):
         self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
         frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
         self._history = History(self._max_entries, self._live_start, frames=self._stacks, start_frames=frames)
+        self._read = 0  # starting frees what the sessions before reported
         self._profiler.start(stacks=self._stacks)
         self._open = True
 
@@ -270,7 +276,9 @@ class CpuBackend(Backend):
             if roots is None:
                 self.incomplete = TAKEN_OVER
             else:
-                self._history.add(roots, spent=self._profiler.spent)
+                before = self._history.count
+                self._history.add(roots)
+                self._read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
         walked = live_storages(self._namespace, storages=found) if self._namespace is not None else {}
@@ -312,6 +320,7 @@ class CpuBackend(Backend):
             self._close_gap()
         if self._open and keep:  # a clear=false chain goes on recording between cells
             if not self._profiler.running and not _profiler_enabled():
+                self._read = 0
                 self._profiler.start(stacks=self._history.stacks is not None)
             return
         if self._open:
@@ -322,7 +331,8 @@ class CpuBackend(Backend):
             self._live_start = {}
             self._namespace = None
         if not self.recording:
-            self._profiler.release()
+            self._profiler.release(self._read)
+            self._read = 0
 
     def _close_gap(self) -> None:
         """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave."""
@@ -332,6 +342,7 @@ class CpuBackend(Backend):
             return
         gap = History(0, {})
         gap.add(roots)
+        self._read += gap.count
         self._watch.forget(gap.tables.last)  # its events say what lives there
         for ptr, size in gap.tables.last.items():
             self._carried_frames.pop(ptr, None)  # the gap records no stacks

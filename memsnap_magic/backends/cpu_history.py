@@ -92,15 +92,13 @@ class History:
             self.window = deque(self.window, maxlen=newest)
 
     @no_gc()
-    def add(self, roots: list[Any], spent: list[Any] | None = None) -> None:
-        """The events of one profiler session: its event tree's roots, in time order. ``spent``
-        receives the lists of PyTorch's objects read on the way, to be freed later (freeing
-        them costs about as much as reading them; see ``_Profiler.release``)."""
+    def add(self, roots: list[Any]) -> None:
+        """The events of one profiler session: its event tree's roots, in time order."""
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
         tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
         check_devices = _other_devices_may_allocate()
-        for nodes, fields, times, ups in _columns(roots, tracer=self.stacks is not None, spent=spent):
+        for nodes, fields, times, ups in _columns(roots, tracer=self.stacks is not None):
             sizes = list(map(_SIZE, fields))
             if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
                 keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
@@ -223,35 +221,32 @@ def _other_devices_may_allocate() -> bool:
     return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
 
 
-def _columns(roots: list[Any], tracer: bool, spent: list[Any] | None = None) -> Iterator[Columns]:
+def _columns(roots: list[Any], tracer: bool) -> Iterator[Columns]:
     """The CPU allocation events of a session's tree in time order, a chunk at a time:
     ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
     its roots are the events) is read a chunk at a time, each event's time only if it is among
     the newest (``nodes``); any other tree by levels (``times``, ``parents``)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
-    spent = spent if spent is not None else []
     if tracer:
-        yield from _by_levels(roots, spent=spent)
+        yield from _by_levels(roots)
         return
     for lo in range(0, len(roots), _CHUNK):
         nodes = roots[lo : lo + _CHUNK]
         fields = list(map(_FIELDS, nodes))
-        spent.append(fields)
         if set(map(type, fields)) - {_ExtraFields_Allocation}:
             # Everything in the chunks read so far happened before this chunk's first root began.
-            yield from _by_levels(roots[lo:], fields if len(nodes) == len(roots) - lo else None, spent)
+            yield from _by_levels(roots[lo:], fields if len(nodes) == len(roots) - lo else None)
             return
         yield nodes, fields, None, None
 
 
-def _by_levels(roots: list[Any], fields: list[Any] | None = None, spent: list[Any] | None = None) -> Iterator[Columns]:
+def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
     """The allocation events of a tree whose roots are not all allocations, in time order, and
     the node each sits in (a Python call, a C function called from Python, a user scope; None at
     the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
     An allocation is an instant, so only nodes of zero duration have their fields read (a call's
-    fields cost three times its duration to read), each once (``fields``: the roots', if read).
-    Each level's lists of PyTorch's objects go to ``spent``: freed later, not level by level."""
+    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     found: list[Any] = []
@@ -276,8 +271,6 @@ def _by_levels(roots: list[Any], fields: list[Any] | None = None, spent: list[An
             allocs = iter(is_alloc)
             inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
         kids = list(map(_CHILDREN, inner))
-        if spent is not None:
-            spent += [level, fields, kids]
         level = list(chain.from_iterable(kids))
         up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
         fields = None
