@@ -300,3 +300,18 @@ def test_a_cell_hands_its_profiler_results_to_the_writer(shell):
         assert profiler._released is None or profiler._released[1].is_set()
     assert len(STATE.session.intervals) == 2
     assert STATE.session.intervals[-1].end_allocated - STATE.session.intervals[-1].baseline_allocated == 0
+
+
+def test_a_session_that_grew_the_process_by_a_gb_frees_its_buffers_before_it_is_read(monkeypatch):
+    from memsnap_magic.backends import cpu
+
+    profiler = cpu._Profiler()
+    profiler.warm_up()
+    for heavy, kept in ((1 << 40, 2), (-1, 1)):  # never that heavy; always
+        monkeypatch.setattr(cpu, "HEAVY_SESSION", heavy)
+        profiler.start()
+        x = torch.ones(100)
+        roots = profiler.stop()
+        assert len(profiler.spent) == kept and profiler.spent[-1] is roots  # the result, if kept, first
+        profiler.release(events=1)
+        del x, roots

@@ -55,6 +55,7 @@ class _Profiler:
         # What the last sessions reported, read and done with: PyTorch frees it in ~1 µs per event.
         self.spent: list[Any] = []
         self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
+        self._rss_at_start: int | None = None
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -85,6 +86,7 @@ class _Profiler:
 
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
+        self._rss_at_start = _resident_bytes()
         _prepare_profiler(config, self._activities)
         _enable_profiler(config, self._activities, self._scopes)
         self.running = True
@@ -101,7 +103,10 @@ class _Profiler:
         with no_gc():  # the tree is an object per event: collections while building it walk them all
             result = _disable_profiler()
             roots = result.experimental_event_tree()
-        self.spent += [result, roots]  # the last references: freed by ``release``
+        # The session's own buffers (~0.5 KB an event) are freed later, unless it grew the
+        # process by a GB or more: then memory comes first, and they go now, before the tree is read.
+        rss, start = _resident_bytes(), self._rss_at_start
+        self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
 
     def release(self, events: int) -> None:
@@ -135,6 +140,7 @@ class _Profiler:
             self._released = None
 
 
+HEAVY_SESSION = 1 << 30  # bytes a session grew the process by (~500,000 events) past which its buffers go at once
 FREE_HERE = 64  # allocation events read below which freeing a session's results is cheaper than a hand-over
 YIELD_PAST, YIELD_S = 20_000, 0.05  # past these events the freeing waits this long before it starts
 
