@@ -268,7 +268,8 @@ def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
         order.append("write done")
 
     WRITER.submit(busy, "a slow write")
-    profiler.release(events=2000)
+    profiler.events_read = 2000
+    profiler.release()
     assert profiler.spent == []  # handed over: the cell holds none of it
     del roots
     opener = threading.Timer(0.2, lambda: (order.append("gate opened"), gate.set()))
@@ -278,7 +279,8 @@ def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
     assert profiler._released is None
     one = torch.ones(10)
     profiler.stop()
-    profiler.release(events=1)  # freed at once, not handed over
+    profiler.events_read = 1
+    profiler.release()  # freed at once, not handed over
     assert profiler.spent == [] and profiler._released is None
     wait_for_writes()
     opener.join()
@@ -313,5 +315,6 @@ def test_a_session_that_grew_the_process_by_a_gb_frees_its_buffers_before_it_is_
         x = torch.ones(100)
         roots = profiler.stop()
         assert len(profiler.spent) == kept and profiler.spent[-1] is roots  # the result, if kept, first
-        profiler.release(events=1)
+        profiler.events_read = 1
+        profiler.release()
         del x, roots

@@ -54,6 +54,7 @@ class _Profiler:
         self.running = False  # our session is on (a torch.profiler of the user's may still take it over)
         # What the last sessions reported, read and done with: PyTorch frees it in ~1 µs per event.
         self.spent: list[Any] = []
+        self.events_read = 0  # allocation events the reader found in what is spent (the backend counts them)
         self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
         self._rss_at_start: int | None = None
 
@@ -109,11 +110,12 @@ class _Profiler:
         self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
 
-    def release(self, events: int) -> None:
+    def release(self) -> None:
         """Free what the stopped sessions reported off the cell's critical path: the background
         writer does it (before the cell's file), and the next session starts once it is done.
         Destroying a session's results costs ~1 µs per event (0.3-0.6 s after 300,000); those
-        of a few ``events`` are freed here, for less than handing them over costs."""
+        of a few events are freed here, for less than handing them over costs."""
+        events, self.events_read = self.events_read, 0
         if events < FREE_HERE:
             self.spent.clear()
             return
@@ -130,6 +132,7 @@ class _Profiler:
     def _settle(self) -> None:
         """Free what is spent now, and wait for what is being freed in the background."""
         self.spent.clear()
+        self.events_read = 0
         self._wait_for_release()
 
     def _wait_for_release(self) -> None:
@@ -211,7 +214,6 @@ class CpuBackend(Backend):
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._max_entries = DEFAULTS.max_entries
-        self._read = 0  # allocation events read from the sessions whose results are not yet freed
 
     @property
     def recording(self) -> bool:
@@ -271,7 +273,6 @@ class CpuBackend(Backend):
         self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
         frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
         self._history = History(self._max_entries, self._live_start, frames=self._stacks, start_frames=frames)
-        self._read = 0  # starting frees what the sessions before reported
         self._profiler.start(stacks=self._stacks)
         self._open = True
 
@@ -284,7 +285,7 @@ class CpuBackend(Backend):
             else:
                 before = self._history.count
                 self._history.add(roots)
-                self._read += self._history.count - before
+                self._profiler.events_read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
         walked = live_storages(self._namespace, storages=found) if self._namespace is not None else {}
@@ -326,7 +327,6 @@ class CpuBackend(Backend):
             self._close_gap()
         if self._open and keep:  # a clear=false chain goes on recording between cells
             if not self._profiler.running and not _profiler_enabled():
-                self._read = 0
                 self._profiler.start(stacks=self._history.stacks is not None)
             return
         if self._open:
@@ -337,8 +337,7 @@ class CpuBackend(Backend):
             self._live_start = {}
             self._namespace = None
         if not self.recording:
-            self._profiler.release(self._read)
-            self._read = 0
+            self._profiler.release()
 
     def _close_gap(self) -> None:
         """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave."""
@@ -348,7 +347,7 @@ class CpuBackend(Backend):
             return
         gap = History(0, {})
         gap.add(roots)
-        self._read += gap.count
+        self._profiler.events_read += gap.count
         self._watch.forget(gap.tables.last)  # its events say what lives there
         for ptr, size in gap.tables.last.items():
             self._carried_frames.pop(ptr, None)  # the gap records no stacks
