@@ -303,14 +303,19 @@ def interval_from(snap: dict[str, Any], step: int, path: Path | None = None) -> 
 # The bare profiler session (the CPU route's floor): what a cell does to open the cheapest session
 # that sees the same allocation events (CPU activity, user scope, profile_memory on, nothing else);
 # the code measured follows it, then BARE_END. With the Python tracer on: BARE_TRACER.
-BARE = """
+BARE_SETUP = """
 from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
 from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
 _config = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
-_prepare_profiler(_config, {ProfilerActivity.CPU})
+"""
+# The session itself, once a shell ran BARE_SETUP (or BARE_TRACER_SETUP): on a cell that does next
+# to nothing, compiling the setup's imports would cost as much as the session.
+BARE_ON = """_prepare_profiler(_config, {ProfilerActivity.CPU})
 _enable_profiler(_config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
 """
-BARE_TRACER = BARE.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")  # with_stack=True
+BARE = BARE_SETUP + BARE_ON
+BARE_TRACER_SETUP = BARE_SETUP.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")
+BARE_TRACER = BARE_TRACER_SETUP + BARE_ON  # with_stack=True
 assert BARE_TRACER != BARE
 # The session's end: its results are freed inside the cell. As a cell's last expression they would
 # become its output, kept in ``Out`` until a later cell's output replaced them, and that cell would

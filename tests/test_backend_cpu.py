@@ -136,19 +136,32 @@ def profiled(code: str, ns: dict, stacks: bool = False) -> list:
     return profiler.stop()
 
 
-@pytest.mark.parametrize("chunk", [1 << 16, 7])  # events read per pass: one, or many, for any cell
+# events read per pass (one pass, or many for any cell); levels of the tree narrower than
+# ``narrow`` nodes read node by node (the default; every level; none)
+READINGS = {
+    "one pass": (1 << 16, None),
+    "chunks of 7": (7, None),
+    "node by node": (1 << 16, 10**9),
+    "by passes": (1 << 16, 0),
+}
+
+
+@pytest.mark.parametrize("reading", READINGS)
 @pytest.mark.parametrize(
     "tracer, instants", [(False, True), (True, True), (True, False)], ids=["no tracer", "tracer", "tracer, all fields"]
 )
 @pytest.mark.parametrize("cell", CELLS)
-def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, chunk, monkeypatch):
+def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, reading, monkeypatch):
     # instants=False: every node's fields are read, not only those of nodes without duration
     import cpu_reference
 
     from memsnap_magic.backends import cpu_history
     from memsnap_magic.backends.cpu_history import History
 
+    chunk, narrow = READINGS[reading]
     monkeypatch.setattr(cpu_history, "_CHUNK", chunk)
+    if narrow is not None:
+        monkeypatch.setattr(cpu_history, "NARROW", narrow)
     monkeypatch.setattr(cpu_history, "_INSTANTS", [instants])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
@@ -175,6 +188,37 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, ch
         assert history.snapshot(live_end, 10**15, newest, segment_events=False) == cpu_reference.build_snapshot(
             events, live_start, live_end, 10**15, newest
         )
+
+
+FRAMED = {  # allocations of STACK_BYTES or more get frames: in wide levels, in deep ones
+    "a loop": "for _ in range(300):\n    t = torch.empty(512)\n",
+    "training step": CELLS["training step"],
+    "calls in calls": "def inner(n):\n    return torch.ones(n) * 2\n"
+    "def outer():\n    return [inner(n) for n in range(256, 2000, 40)]\nr = outer()\n",
+}
+
+
+@pytest.mark.parametrize("cell", FRAMED)
+def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, monkeypatch):
+    from memsnap_magic.backends import cpu_history
+    from memsnap_magic.backends.cpu_history import History
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    ns = {"torch": torch, "model": model, "opt": torch.optim.Adam(model.parameters()), "x": torch.randn(16, 64)}
+    ns.update(old=torch.empty(2**15), kept=[])
+    live_start = live_storages(ns)
+    roots = profiled(FRAMED[cell], ns, stacks=True)
+    live_end = live_storages(ns)
+    snaps = []
+    for narrow in (0, 10**9):
+        monkeypatch.setattr(cpu_history, "NARROW", narrow)
+        history = History(10**6, live_start, frames=True)
+        history.add(roots)
+        snaps.append(history.snapshot(live_end, 10**15, 10**6))
+    framed = [e for e in snaps[0]["device_traces"][0] if e.get("frames")]
+    assert framed, "the cell allocates blocks large enough to get frames"
+    assert snaps[0] == snaps[1]
 
 
 @given(

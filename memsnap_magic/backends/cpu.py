@@ -101,8 +101,8 @@ class _Profiler:
         self.running = False
         if not _profiler_enabled() or public_profiler_running():
             return None
+        result = _disable_profiler()
         with no_gc():  # the tree is an object per event: collections while building it walk them all
-            result = _disable_profiler()
             roots = result.experimental_event_tree()
         # The session's own buffers (~0.5 KB an event) are freed later, unless it grew the
         # process by a GB or more: then memory comes first, and they go now, before the tree is read.
@@ -383,10 +383,20 @@ def _warn_if_huge(events: int, stacks: bool) -> None:
 TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"
 
 
+_STATM: dict[int, int] = {}  # pid -> descriptor of its /proc/self/statm (a fork's child opens its own)
+
+
 def _resident_bytes() -> int | None:
-    """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere."""
+    """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere. Read through a
+    descriptor kept open: 2 µs, not the 20 µs of opening the file for each of a cell's four reads."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        pid = os.getpid()
+        fd = _STATM.get(pid)
+        if fd is None:
+            for inherited in _STATM.values():  # the parent's: it reads the parent's figures
+                os.close(inherited)
+            _STATM.clear()
+            fd = _STATM[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(fd, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
