@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import io
 import tokenize
-from typing import Any
+from typing import Any, Callable
 
 from IPython.core.error import UsageError
 
@@ -65,7 +65,8 @@ class CellCode:
             value = eval(self._eval, glob, local) if self._eval is not None else None
             return None if self._quiet else value
         except BaseException as e:
-            _render_from_cell(self.shell, e, self.filename)
+            codes = tuple(c for c in (self._exec, self._eval) if c is not None)
+            _render_from_cell(self.shell, e, self.filename, codes)
             raise
 
 
@@ -112,14 +113,13 @@ class SyntaxCheck:
             return lines
         body = "".join(lines[1:])
         try:
-            compile(
-                "\n" + self.shell.transform_cell(body),
-                "<memsnap-check>",
-                "exec",
-                self.shell.compile.flags | ast.PyCF_ONLY_AST,
-                True,
-            )
+            source = "\n" + self.shell.transform_cell(body)
+            # compiled, not only parsed: `return`, `yield`, `break` or `nonlocal` at the top level
+            # parse but fail to compile, and IPython must report them as a cell's, not from our frames
+            compile(source, "<memsnap-check>", "exec", self.shell.compile.flags, True)
         except SyntaxError:
+            if _awaits_at_top_level(source):  # the magic says what to do instead
+                return lines
             return ["\n", *lines[1:]]
         except Exception:  # any other trouble: leave the cell to the magic
             return lines
@@ -140,8 +140,8 @@ class _CellTraceback:
     the outer ``run_cell_magic(...)`` line and our frames out of what the user reads.
     """
 
-    def __init__(self, shell: Any, filename: str, owner: BaseException) -> None:
-        self.shell, self.filename, self.owner = shell, filename, owner
+    def __init__(self, shell: Any, filename: str, owner: BaseException, codes: tuple[Any, ...] = ()) -> None:
+        self.shell, self.filename, self.owner, self.codes = shell, filename, owner, codes
 
     def __call__(self) -> list[str]:
         value = self.owner
@@ -149,16 +149,23 @@ class _CellTraceback:
             del value._render_traceback_
         if isinstance(value, SyntaxError):
             return self.shell.SyntaxTB.structured_traceback(type(value), value, [])
-        tb = value.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != self.filename:
-            tb = tb.tb_next
+        tb = self._first(lambda code: code in self.codes) or self._first(lambda code: code.co_filename == self.filename)
         return self.shell.InteractiveTB.structured_traceback(
             type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0
         )
 
+    def _first(self, found: Callable[[Any], bool]) -> Any:
+        """The traceback from the first frame whose code is ``found``: the body's own code
+        objects first, as ipykernel names a cell's file by its text, and a body ending in a
+        newline has the outer cell's text, file name and all."""
+        tb = self.owner.__traceback__
+        while tb is not None and not found(tb.tb_frame.f_code):
+            tb = tb.tb_next
+        return tb
 
-def _render_from_cell(shell: Any, exc: BaseException, filename: str) -> None:
+
+def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:
     if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
         return  # the exception renders itself (ipyparallel's RemoteError, for one)
     with contextlib.suppress(Exception):  # an exception that refuses attributes keeps its own traceback
-        exc._render_traceback_ = _CellTraceback(shell, filename, exc)  # type: ignore[attr-defined]
+        exc._render_traceback_ = _CellTraceback(shell, filename, exc, codes)  # type: ignore[attr-defined]

@@ -8,8 +8,26 @@ import warnings
 
 def warn(message: str, stacklevel: int = 2) -> None:
     """One RuntimeWarning about our own trouble, which never raises: under ``-W error`` (or
-    pytest's ``filterwarnings = error``) it is printed to stderr instead of failing the user's cell."""
+    pytest's ``filterwarnings = error``) it is printed to stderr instead of failing the user's cell.
+
+    Shown every time, as the user's filters allow: ``warnings.warn`` shows a text once per place
+    it is raised from (Python's ``default`` action), and ours come from a few places in our code,
+    so a second unwritable snapshot would pass in silence."""
     try:
-        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+        try:
+            frame = sys._getframe(stacklevel)
+        except ValueError:  # a shallower stack: the outermost frame
+            frame = sys._getframe(0)
+            while frame.f_back is not None:
+                frame = frame.f_back
+        warnings.warn_explicit(
+            message,
+            RuntimeWarning,
+            frame.f_code.co_filename,
+            frame.f_lineno,
+            module=frame.f_globals.get("__name__"),
+            registry={},  # a fresh one: no memory of having shown this text from there before
+            module_globals=frame.f_globals,
+        )
     except Exception:
         print(f"RuntimeWarning: {message}", file=sys.stderr)

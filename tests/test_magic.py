@@ -146,6 +146,19 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     assert STATE.recording_devices() == []
 
 
+def test_a_body_named_like_its_cell_still_shows_one_traceback(torch_ns, capsys, monkeypatch):
+    # ipykernel names a cell's file by a hash of its text; a body ending in a newline has the
+    # outer cell's text, and so its file name: the outer frame must not join the traceback
+    sh = torch_ns
+    monkeypatch.setattr(sh.compile, "get_code_name", lambda raw, code, number: f"/tmp/ipykernel_0/{abs(hash(raw))}.py")
+    res = sh.run_cell("%%memsnap\nx = 1\n1/0\n", store_history=True)
+    assert isinstance(res.error_in_exec, ZeroDivisionError)
+    out = capsys.readouterr()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
+    assert "----> 3 1/0" in text and text.count("---->") == 1  # the body's frame alone
+    assert "run_cell_magic" not in text and "skipping hidden" not in text
+
+
 def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):
     res = run(torch_ns, "%%memsnap step=1\nw = torch.ones(10)\nraise KeyboardInterrupt")
     assert isinstance(res.error_in_exec, KeyboardInterrupt)
@@ -164,7 +177,17 @@ def test_bad_options_refuse_to_run_the_cell(shell, line):
     assert session().intervals == [] and not Path("memsnap").exists()
 
 
-@pytest.mark.parametrize("body, error", [("x = 1\nx = (1\n", SyntaxError), ("if True:\nprint(1)\n", IndentationError)])
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ("x = 1\nx = (1\n", SyntaxError),
+        ("if True:\nprint(1)\n", IndentationError),
+        # they parse, and fail only when compiled
+        ("x = 1\nreturn 5\n", SyntaxError),
+        ("x = 1\nyield 5\n", SyntaxError),
+        ("x = 1\nbreak\n", SyntaxError),
+    ],
+)
 def test_syntax_error_reads_as_in_a_plain_cell_and_records_nothing(shell, capsys, body, error):
     def shown() -> str:  # what the user read, colours and the cell's number aside
         return re.sub(r"In ?\[\d+\]", "In[N]", re.sub(r"\x1b\[[0-9;]*m", "", "".join(capsys.readouterr())))
@@ -280,6 +303,19 @@ def test_unwritable_output_warns_keeps_interval_and_stops(torch_ns):
     (iv,) = session().intervals
     assert iv.path is None and iv.peak_allocated > 0
     assert STATE.recording_devices() == []
+
+
+def test_every_unwritable_snapshot_is_its_own_warning(torch_ns):
+    # Python's default action shows a text once per place; ours come from one place in our code
+    sh = torch_ns
+    Path("blocked").write_text("a file where a folder should be")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(2):
+            run(sh, "%%memsnap out=blocked step=7\nv = torch.ones(4)")
+            run(sh, "1")  # the next cell waits for the write, and says what failed
+    messages = [str(w.message) for w in caught if "could not write blocked/step7/" in str(w.message)]
+    assert len(messages) == 2
 
 
 def test_rank_from_environment_and_option(torch_ns, monkeypatch):
