@@ -93,7 +93,7 @@ def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:
     for where, cache in ((beside(snapshot), False), (cached(snapshot), True)):
         try:
             obj = _load(where)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # none there (a cache that is a file: said by store)
             continue
         except (OSError, Malformed) as e:
             _ignored(where, e)

@@ -195,18 +195,19 @@ def test_another_files_summary_and_another_version_are_recomputed_silently(tmp_p
     same(iv, expected)
 
 
-def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypatch):
-    folder = verl_folder(tmp_path, steps=(1, 2), ranks=(0,))
+@pytest.mark.parametrize("inside", ["cache", ""], ids=["below a file", "a file"])
+def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypatch, inside):
+    folder = verl_folder(tmp_path, steps=(1, 2, 3), ranks=(0,))
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where the cache folder should be")
-    monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(blocker / inside))
     STATE.warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loaded = read_intervals([folder])
-    messages = [str(w.message) for w in caught if "cannot cache" in str(w.message)]
-    assert len(messages) == 1 and "MEMSNAP_CACHE_DIR" in messages[0]
-    assert [iv.step for iv in loaded] == [1, 2] and loaded[0].peak_allocated > 0
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "cannot cache" in messages[0] and "MEMSNAP_CACHE_DIR" in messages[0]
+    assert [iv.step for iv in loaded] == [1, 2, 3] and loaded[0].peak_allocated > 0
 
 
 # Hostile summaries: any value anywhere in a summary that matches its file is either refused
