@@ -136,6 +136,20 @@ def profiled(code: str, ns: dict, stacks: bool = False) -> list:
     return profiler.stop()
 
 
+def training_namespace() -> dict:
+    """What the CELLS run in: a small model, its optimizer and batch, an old tensor, a list."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    return {
+        "torch": torch,
+        "model": model,
+        "opt": torch.optim.Adam(model.parameters()),
+        "x": torch.randn(16, 64),
+        "old": torch.empty(2**15),
+        "kept": [],
+    }
+
+
 # events read per pass (one pass, or many for any cell); levels of the tree narrower than
 # ``narrow`` nodes read node by node (the default; every level; none)
 READINGS = {
@@ -163,16 +177,7 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     if narrow is not None:
         monkeypatch.setattr(cpu_history, "NARROW", narrow)
     monkeypatch.setattr(cpu_history, "_INSTANTS", [instants])
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
-    ns = {
-        "torch": torch,
-        "model": model,
-        "opt": torch.optim.Adam(model.parameters()),
-        "x": torch.randn(16, 64),
-        "old": torch.empty(2**15),
-        "kept": [],
-    }
+    ns = training_namespace()
     live_start = live_storages(ns)
     chain = [CELLS[cell], "extra = torch.ones(33)\ndel x\n"]  # a clear=false chain: two sessions
     sessions = [profiled(code, ns, stacks=tracer) for code in chain]
@@ -203,10 +208,7 @@ def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, m
     from memsnap_magic.backends import cpu_history
     from memsnap_magic.backends.cpu_history import History
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
-    ns = {"torch": torch, "model": model, "opt": torch.optim.Adam(model.parameters()), "x": torch.randn(16, 64)}
-    ns.update(old=torch.empty(2**15), kept=[])
+    ns = training_namespace()
     live_start = live_storages(ns)
     roots = profiled(FRAMED[cell], ns, stacks=True)
     live_end = live_storages(ns)
