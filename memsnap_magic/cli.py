@@ -44,6 +44,8 @@ _RECORD_KEYS = (
     "kept",
     "end_allocated",
     "trace_entries",
+    "cumulative_peak_allocated",
+    "cumulative_trace_entries",
     "error",
     "by_category",
     "by_category_at_peak",

@@ -4,6 +4,10 @@ The process-wide one is ``memsnap_magic.session()`` (kept in ``state``); the CLI
 Intervals belong to runs: the cells a kernel records without ``run=`` form the session's own run
 (named ""), ``run=NAME`` cells and loaded files form named ones. A step is replaced only within
 its run, and cumulative figures never reach across runs.
+
+Intervals are kept in step order within each run, whatever order the cells ran in, and the
+cumulative figures accumulate in that order: the same table whether a kernel recorded the steps
+(``%memsnap list``) or a folder holds them (``memsnap summarize``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .text import run_label
 
 @dataclass(frozen=True)
 class Run:
-    """One run's intervals, in the order they were added. ``name`` "" is the session's own."""
+    """One run's intervals, in step order. ``name`` "" is the session's own."""
 
     name: str
     intervals: list[Interval]
@@ -41,8 +45,8 @@ def _stream(iv: Interval) -> tuple[str, int, str]:
 
 
 class Session:
-    """Intervals in the order added, each in its run; re-running a step replaces its interval
-    in place within its run."""
+    """Intervals run by run (in the order runs began), each run in step and rank order (ties in
+    the order added); re-running a step replaces its interval in place within its run."""
 
     def __init__(self) -> None:
         self.intervals: list[Interval] = []  # every run's; read it, change it only through add and reset
@@ -51,7 +55,9 @@ class Session:
         self.last_replaced: Interval | None = None  # the one ``last`` replaced, if any
         self._listeners: list[Any] = []
         # Indexes kept by ``add``, so a cell costs the same at step 5,000 as at step 5:
-        self._where: dict[tuple[Any, ...], int] = {}  # _key -> its position in ``intervals``
+        self._where: dict[tuple[Any, ...], Interval] = {}  # _key -> its interval
+        self._order: list[tuple[int, int, int]] = []  # _place of each of ``intervals``, ascending
+        self._runs: dict[str, int] = {}  # run -> when it began (its place among the runs)
         self._tails: dict[tuple[str, int, str], Interval] = {}  # each stream's interval added last
         self._steps: dict[tuple[str, int, str], dict[int, Interval]] = {}  # stream -> step -> first added
         self._sorted: dict[tuple[str, int, str], list[int]] = {}  # stream -> its steps, ascending
@@ -76,27 +82,39 @@ class Session:
         below = bisect.bisect_left(steps, interval.step)
         return self._steps[stream][steps[below - 1]] if below else None
 
+    def _place(self, iv: Interval) -> tuple[int, int, int]:
+        return (self._runs.setdefault(iv.run, len(self._runs)), iv.step, iv.rank)
+
     def add(self, interval: Interval) -> Interval | None:
         """Add ``interval``; returns the interval of the same step in its run it replaced, if any."""
-        key, stream = _key(interval), _stream(interval)
-        n = self._where.get(key)
-        replaced = self.intervals[n] if n is not None else None
-        if n is not None:
+        key, stream, place = _key(interval), _stream(interval), self._place(interval)
+        replaced = self._where.get(key)
+        self._where[key] = interval
+        if replaced is not None:
+            n = bisect.bisect_left(self._order, place)
+            while self.intervals[n] is not replaced:  # past the others of its step and rank
+                n += 1
             self.intervals[n] = interval
             by_step = self._steps[stream]
             if by_step[interval.step] is replaced:
                 by_step[interval.step] = interval
             self._update_cumulative()  # a step replaced in place: every later figure may move
         else:
-            self._where[key] = len(self.intervals)
-            self.intervals.append(interval)
+            steps = self._sorted.setdefault(stream, [])
+            last = not steps or interval.step >= steps[-1]  # the newest step of its stream
+            n = bisect.bisect_right(self._order, place)
+            self._order.insert(n, place)
+            self.intervals.insert(n, interval)
             by_step = self._steps.setdefault(stream, {})
             if interval.step not in by_step:
                 by_step[interval.step] = interval
-                bisect.insort(self._sorted.setdefault(stream, []), interval.step)
+                bisect.insort(steps, interval.step)
             self._top[interval.run] = max(self._top.get(interval.run, interval.step), interval.step)
-            _accumulate(interval, self._tails.get(stream))
-            self._tails[stream] = interval
+            if last:
+                _accumulate(interval, self._tails.get(stream))
+                self._tails[stream] = interval
+            else:  # a step before others already held: theirs now accumulate over it
+                self._update_cumulative()
         self.last, self.last_replaced = interval, replaced
         self._listeners = [ref for ref in self._listeners if ref() is not None]
         for ref in list(self._listeners):  # a listener may subscribe others
@@ -133,7 +151,7 @@ class Session:
         """Forget the intervals (files on disk stay); defaults and dashboards stay."""
         self.intervals.clear()
         self.last = self.last_replaced = None
-        for index in (self._where, self._tails, self._steps, self._sorted, self._top):
+        for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted, self._top):
             index.clear()
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -154,6 +172,8 @@ def _holds(iv: Interval, prev: Interval) -> bool:
     ``iv``'s events all come after ``prev`` ended."""
     if prev.clear:
         return False
+    if iv.end_us is not None and prev.end_us is not None and iv.end_us < prev.end_us:
+        return False  # ``iv`` was recorded first (a lower step run later): it cannot hold ``prev``
     if iv.time_us is None or prev.end_us is None:  # nothing tells: as the chain says
         return True
     return len(iv.time_us) > 0 and int(iv.time_us[0]) <= prev.end_us

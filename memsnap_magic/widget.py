@@ -136,9 +136,8 @@ class Dashboard:
 
     def _on_step(self, _: Any) -> None:
         if not self._updating:  # the user picked a step: stay on it as new steps arrive
-            last = len(self.step.options) - 1
             with self.follow.hold_trait_notifications():
-                self.follow.value = self.step.value == last
+                self.follow.value = self.step.value == self._newest(self.shown())
         self._draw_step()
 
     def _on_pointer(self, event: dict[str, Any]) -> None:
@@ -230,6 +229,16 @@ class Dashboard:
         ivs = self.shown()
         return ivs[self.step.value] if self.step.value is not None and self.step.value < len(ivs) else None
 
+    def _newest(self, ivs: list[Interval]) -> int:
+        """Where in ``ivs`` the step recorded last is (steps are in step order, and a cell may
+        record an earlier step than those before it); the last step if it is not among them."""
+        last = self.session.last
+        if last is not None:
+            for n, iv in enumerate(ivs):
+                if iv.run == last.run and iv.step == last.step:
+                    return n
+        return len(ivs) - 1
+
     def refresh(self, newest: bool = False) -> None:
         """Re-read the session: new steps extend the overview; ``newest`` selects the last step."""
         if self._updating:
@@ -257,7 +266,7 @@ class Dashboard:
                 keep = same[0]
             self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n) for n, iv in enumerate(ivs)]
             if ivs:
-                self.step.value = len(ivs) - 1 if newest or keep is None or keep >= len(ivs) else keep
+                self.step.value = self._newest(ivs) if newest or keep is None or keep >= len(ivs) else keep
         finally:
             self._updating = False
         self._draw_step()

@@ -199,6 +199,31 @@ def test_loaded_steps_count_in_step_order_whatever_order_the_paths_came_in(tmp_p
     )
 
 
+def test_steps_recorded_out_of_order_read_the_same_in_the_kernel_and_from_the_folder(shell, tmp_path, capsys):
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    for n in (5, 2, 3):  # a later step first, as when one cell is rerun with another step=
+        assert shell.run_cell(f"%%memsnap step={n}\n" + LEAK.format(n=n)).success
+    wait_for_writes()
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", "list")
+    listed = capsys.readouterr().out
+    assert [iv.step for iv in session().intervals] == [2, 3, 5]
+    kernel = session().to_records()
+    assert [r["cumulative_trace_entries"] for r in kernel] == list(accumulate(r["trace_entries"] for r in kernel))
+    assert main(["summarize", "--json", str(tmp_path / "memsnap")]) == 0
+    folder = json.loads(capsys.readouterr().out)
+    figures = ("step", "baseline_allocated", "peak_allocated", "cumulative_peak_allocated", "cumulative_trace_entries")
+    assert [[r[k] for k in figures] for r in folder] == [[r[k] for k in figures] for r in kernel]
+    assert main(["summarize", str(tmp_path / "memsnap")]) == 0
+    table = capsys.readouterr().out
+
+    def rows(text):  # each table row without its file column (relative in one, as given in the other)
+        return [line.rsplit("  ", 1)[0].rstrip() for line in text.splitlines() if line.strip()[:1].isdigit()]
+
+    assert rows(listed) == rows(table) and len(rows(table)) == 3
+
+
 def test_a_folders_runs_come_in_the_order_they_were_recorded_not_by_name(tmp_path):
     import torch
 
@@ -217,6 +242,7 @@ class _Reference:
 
     def __init__(self) -> None:
         self.intervals: list = []
+        self.runs: list = []  # in the order they began
 
     def add(self, iv):
         key = (iv.run, iv.step, iv.rank, iv.device, iv.tag)
@@ -224,7 +250,10 @@ class _Reference:
             if (old.run, old.step, old.rank, old.device, old.tag) == key:
                 self.intervals[n] = iv
                 return old
+        if iv.run not in self.runs:
+            self.runs.append(iv.run)
         self.intervals.append(iv)
+        self.intervals.sort(key=lambda i: (self.runs.index(i.run), i.step, i.rank))  # stable: ties as added
         return None
 
     def next_step(self, run):
@@ -273,6 +302,7 @@ def test_the_sessions_indexes_agree_with_scanning_every_interval(steps):
         if move == "reset":
             s.reset()
             ref.intervals.clear()
+            ref.runs.clear()
             continue
         run, step, rank, tag, entries, peak, clear = move
         iv = interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank)

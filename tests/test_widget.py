@@ -238,6 +238,20 @@ def test_the_step_a_user_picked_stays_while_new_steps_arrive(session):
     assert d.follow.value
 
 
+def test_following_the_newest_means_the_step_recorded_last_not_the_highest(session):
+    d = Dashboard(session)
+    session.add(interval(7, 14 * MiB, 20 * MiB, 14 * MiB))
+    assert d.step.value == 3 and d.follow.value
+    session.add(interval(0, 0, 3 * MiB, 1 * MiB))  # an earlier step recorded later: listed first
+    assert [iv.step for iv in d.shown()] == [0, 1, 2, 3, 7]
+    assert d.step.value == 0 and d.follow.value and "Step 0" in d.detail_fig.axes[0].get_title(loc="left")
+    d.step.value = 2  # the user picks step 2; an earlier step arriving does not move the pick
+    session.add(interval(-1, 0, 1 * MiB, 0))
+    assert d.shown()[d.step.value].step == 2 and not d.follow.value
+    d.step.value = 0  # picking the newest (step -1, listed first) follows again
+    assert d.follow.value
+
+
 def test_showing_a_dashboard_again_leaves_one_live(session):
     old = Dashboard(session)
     new = Dashboard(session)
