@@ -26,7 +26,8 @@ def _record(shell: Any, mode: str, extra: str) -> dict[str, list[int]]:
         run_cell(shell, f"%%memsnap step={step} out={mode} {extra}\n{body}")
     run_cell(shell, "%memsnap off")
     ivs = sorted(
-        (iv for iv in session().intervals if iv.path is not None and iv.path.parts[0] == mode), key=lambda iv: iv.step
+        (iv for iv in session().intervals if iv.path is not None and iv.path.parent.parent.name == mode),
+        key=lambda iv: iv.step,
     )
     return {"file_bytes": [int(iv.file_bytes or 0) for iv in ivs], "trace_entries": [iv.trace_entries for iv in ivs]}
 

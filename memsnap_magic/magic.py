@@ -7,7 +7,9 @@ subcommand is one method and one row of ``COMMANDS``; help and errors follow fro
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
@@ -140,13 +142,15 @@ class MemsnapMagics(Magics):
                     run = Tag("a folder name").parse(named[-1][3:])
                 except ValueError as e:
                     raise UsageError(f"%memsnap load: as={named[-1][3:]!r}: a run's name has {e}") from None
-            paths = [w for w in words if not w.startswith("as=")]
+            paths = [os.path.expanduser(w) for w in words if not w.startswith("as=")]
             if not paths:
                 raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
             # every file first: a bad one leaves the session as it was; a bar while cold files are read
             loaded = read_run(paths, run, progress=True, jobs=default_jobs())
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
+        for iv in loaded:  # still the same files after a %cd
+            iv.path = iv.path and Path(os.path.abspath(iv.path))
         replaced = sum(STATE.session.add(iv) is not None for iv in loaded)
         print(loaded_line(loaded, replaced))
 

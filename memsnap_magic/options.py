@@ -50,7 +50,8 @@ class Options:
     out: str = _option(
         "memsnap",
         Folder(),
-        f"Folder for snapshots: {LAYOUT} (verl's layout). Relative to the current directory.",
+        f"Folder for snapshots: {LAYOUT} (verl's layout). Relative to the current directory "
+        "when the cell starts (a cell that changes directory still writes there); ~ is your home.",
         "out=runs/memory",
     )
     tag: str = _option("torch_memory", Tag(), "File name prefix.", "tag=forward")

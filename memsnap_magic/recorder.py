@@ -99,6 +99,7 @@ class Recorder:
         self.report = report
         self.intervals: list[Interval] = []
         self._backend: Backend | None = None
+        self._out = ""  # options.out made absolute when recording starts: where the files go
         self._current: int | None = None
         self._begun: set[int] = set()  # the listed steps mark() began
         self._rank = 0
@@ -115,6 +116,7 @@ class Recorder:
         from . import backends
 
         o = self.options
+        self._out = os.path.abspath(o.out)  # before the body can change directory
         backend = backends.get_backend(backends.resolve_device(o.device))
         outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
@@ -336,7 +338,7 @@ class Recorder:
             usage_end=usage,
         )
         snap[META_KEY] = meta.to_dict()
-        path: Path = snapshot_path(o.out, step, o.tag, self._rank, o.run)
+        path: Path = snapshot_path(self._out or o.out, step, o.tag, self._rank, o.run)
         try:
             d = self._quietly(digest, snap)
         finally:
@@ -371,6 +373,7 @@ def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, inte
     one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written."""
     from .snapshot import dump_snapshot
     from .summaries import write_beside
+    from .text import shown_path
 
     try:
         dump_snapshot(snap, path)
@@ -379,7 +382,7 @@ def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, inte
         if interval is not None:
             interval.path = None
         step = f"step {interval.step}" if interval is not None else "the interval"
-        return f"memsnap: could not write {path}: {_reason(e)}; {step} is kept in memory only"
+        return f"memsnap: could not write {shown_path(path)}: {_reason(e)}; {step} is kept in memory only"
     if interval is not None:
         interval.file_bytes = size
     if d is None:
@@ -387,7 +390,7 @@ def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, inte
     try:
         write_beside(path, d)
     except Exception as e:  # readers recompute what a summary would have said
-        return f"memsnap: could not write the summary beside {path}: {_reason(e)}"
+        return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
     return None
 
 

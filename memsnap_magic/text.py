@@ -8,6 +8,7 @@ numbers; what a number means to a reader is decided here.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,20 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
         value /= 1024
     text = f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
     return sign + text
+
+
+def shown_path(path: os.PathLike[str] | str) -> str:
+    """A file's path to print: relative to the current directory where it lies below it (short,
+    as the user wrote ``out=``), else as it is; printable whatever the file's name holds."""
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        try:
+            relative = os.path.relpath(text)
+        except ValueError:  # another drive (Windows)
+            relative = ""
+        if relative and not relative.startswith(os.pardir):
+            text = relative
+    return clean(text)
 
 
 def describe(iv: Interval, replaced: Interval | None = None) -> str:
@@ -59,7 +74,7 @@ def describe(iv: Interval, replaced: Interval | None = None) -> str:
         parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
     if replaced is not None:
         parts.append(f"replaced the earlier step {replaced.step}")
-    where = clean(str(iv.path)) if iv.path is not None else "not written"
+    where = shown_path(iv.path) if iv.path is not None else "not written"
     return " · ".join(parts) + f" → {where}"
 
 
@@ -101,7 +116,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
             f"{iv.trace_entries:,}",
             f"{iv.cumulative_trace_entries:,}",
             iv.error or "",
-            clean(str(iv.path)) if iv.path else "(not written)",
+            shown_path(iv.path) if iv.path else "(not written)",
         )
         if allocator:
             row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])

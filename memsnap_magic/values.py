@@ -186,7 +186,7 @@ class Folder(Value):
     def check(self, value: Any) -> str:
         if not isinstance(value, str) or not value:
             raise ValueError("empty path")
-        return value
+        return os.path.expanduser(value)  # out=~/runs: a shell would have expanded it
 
 
 def _is_index(text: str) -> bool:

@@ -80,11 +80,40 @@ def test_each_file_holds_only_its_own_step(torch_ns):
     run(sh, "y = torch.empty(5*2**20, dtype=torch.uint8)")  # between cells: not recorded
     run(sh, "%%memsnap step=2\nx2 = torch.empty(7*2**20, dtype=torch.uint8)")
     one, two = session().intervals
-    assert one.path == Path("memsnap/step1") / f"torch_memory_rank0_pid{os.getpid()}-{process_token()}.pickle"
+    assert one.path == Path.cwd() / "memsnap/step1" / f"torch_memory_rank0_pid{os.getpid()}-{process_token()}.pickle"
     assert [s for _, s in allocs(one.path)] == [3 * MiB]
     assert [s for _, s in allocs(two.path)] == [7 * MiB]
     # the baseline still sees what lived before: x1 and y (found in the namespace)
     assert two.baseline_allocated == 8 * MiB
+
+
+def test_files_go_where_out_named_when_the_cell_began_whatever_the_cell_does_with_the_directory(
+    torch_ns, tmp_path, monkeypatch, capsys
+):
+    sh = torch_ns
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "elsewhere").mkdir()
+    run(sh, "%%memsnap step=1\nimport os\nos.chdir('elsewhere')\nx = torch.ones(2**18)")  # the cell moves
+    run(sh, "%%memsnap step=2 out=~/runs\nx = torch.ones(2**18)")  # ~ is the home folder, not a folder named ~
+    wait_for_writes()
+    one, two = session().intervals
+    assert one.path.is_file() and one.path.parent == tmp_path / "memsnap" / "step1"
+    assert two.path.is_file() and two.path.parent == home / "runs" / "step2"
+    assert not (tmp_path / "elsewhere" / "memsnap").exists() and not list(tmp_path.rglob("~"))
+    # the table still names the files after a %cd: relative below the directory, absolute elsewhere
+    sh.run_line_magic("cd", str(tmp_path / "elsewhere"))
+    capsys.readouterr()
+    sh.run_line_magic("memsnap", "list")
+    table = capsys.readouterr().out
+    assert str(one.path) in table and str(two.path) in table
+    sh.run_line_magic("cd", str(tmp_path))
+    sh.run_line_magic("memsnap", "list")
+    assert f"memsnap/step1/{one.path.name}" in capsys.readouterr().out
+    # a loaded folder given as ~ or relative is still found after a %cd
+    sh.run_line_magic("memsnap", "load ~/runs as=mine")
+    sh.run_line_magic("cd", str(tmp_path / "elsewhere"))
+    assert [iv.path for iv in session().runs["mine"].intervals] == [two.path]
 
 
 def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
