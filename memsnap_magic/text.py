@@ -113,7 +113,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
             fmt_bytes(iv.peak_increase, signed=True),
             fmt_bytes(iv.kept, signed=True),
             fmt_bytes(iv.cumulative_peak_allocated),
-            f"{iv.trace_entries:,}",
+            f"{iv.trace_entries:,}" + (" ring full" if iv.overflowed else ""),
             f"{iv.cumulative_trace_entries:,}",
             iv.error or "",
             shown_path(iv.path) if iv.path else "(not written)",
@@ -241,6 +241,25 @@ def oom_report(iv: Interval) -> str | None:
     if oom.get("sites"):
         text += "; most held by " + ", ".join(f"{site} {fmt_bytes(nbytes)}" for site, nbytes, _ in oom["sites"][:3])
     return text
+
+
+def caveats(iv: Interval) -> list[str]:
+    """What makes a step's figures a partial view, in words (the dashboard's step; the table marks
+    the same steps): a full ring, a recording that lost events, a start that moved unseen."""
+    said = []
+    if iv.overflowed:
+        said.append(
+            f"the trace ring was full ({iv.trace_entries:,} entries, max_entries=): the step's oldest events "
+            "were dropped, so its start and kept figures are those of the window kept, not of the whole step"
+        )
+    if iv.incomplete:
+        said.append(f"incomplete: {iv.incomplete}")
+    if iv.moved:
+        said.append(
+            f"the start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended"
+            " (memory changed between the recorded cells, where nothing recorded it)"
+        )
+    return said
 
 
 def usage_line(iv: Interval) -> str | None:

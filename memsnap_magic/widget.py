@@ -25,6 +25,7 @@ from .state import STATE
 from .text import (
     bar_figures,
     blocks_table,
+    caveats,
     compare_runs,
     count_of,
     headline,
@@ -333,8 +334,8 @@ class Dashboard:
         shown = self.shown()
         earlier = [e for e in shown[: shown.index(iv)] if (e.rank, e.device) == (iv.rank, iv.device)]
         self.blocks.value = blocks_table(iv, earlier)
-        line = usage_line(iv)
-        self.usage.value = f"<small>{html.escape(line)}</small>" if line else ""
+        lines = [*caveats(iv), usage_line(iv)]
+        self.usage.value = "<br>".join(f"<small>{html.escape(line)}</small>" for line in lines if line)
         self._draw_overview()  # the selected step is outlined there
 
     def close(self) -> None:

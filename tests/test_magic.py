@@ -116,6 +116,31 @@ def test_files_go_where_out_named_when_the_cell_began_whatever_the_cell_does_wit
     assert [iv.path for iv in session().runs["mine"].intervals] == [two.path]
 
 
+def test_a_full_ring_is_said_wherever_the_step_is_shown(torch_ns, capsys, tmp_path):
+    from memsnap_magic.cli import main
+    from memsnap_magic.widget import Dashboard
+
+    sh = torch_ns
+    run(sh, "%%memsnap step=1 max_entries=10\nxs = [torch.ones(2**10) for _ in range(20)]")
+    run(sh, "%%memsnap step=2\nys = [torch.ones(2**10) for _ in range(3)]")
+    wait_for_writes()
+    one, two = session().intervals
+    assert one.overflowed and not two.overflowed
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "10 entries (ring full: oldest dropped)" in line
+    for table in (
+        (sh.run_line_magic("memsnap", "list"), capsys.readouterr().out)[1],
+        (main(["summarize", str(tmp_path / "memsnap")]), capsys.readouterr().out)[1],
+    ):
+        rows = [r for r in table.splitlines() if r[:1].isdigit()]
+        assert "10 ring full" in rows[0] and "ring full" not in rows[1]
+    d = Dashboard(session())
+    d.step.value = 0
+    assert "ring was full (10 entries" in d.usage.value and "window kept" in d.usage.value
+    d.step.value = 1
+    assert "ring" not in d.usage.value and "resident memory" in d.usage.value
+
+
 def test_clear_false_keeps_history_into_the_next_snapshot(torch_ns):
     sh = torch_ns
     run(sh, "%%memsnap step=1 clear=false\nx1 = torch.empty(3*2**20, dtype=torch.uint8)")
