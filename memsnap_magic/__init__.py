@@ -87,9 +87,10 @@ def load_ipython_extension(ipython: Any) -> None:
 def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
-    from .writer import wait_for_writes
+    from .notice import BACKGROUND
+    from .writer import WRITER
 
-    wait_for_writes()
+    WRITER.wait(where=BACKGROUND)  # a failure here is no line's of the cell about to run
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -5,14 +5,23 @@ from __future__ import annotations
 import sys
 import warnings
 
+BACKGROUND = ("<memsnap background write>", 0)  # where a warning from no line of the user's reads as from
 
-def warn(message: str, stacklevel: int = 2) -> None:
+
+def warn(message: str, stacklevel: int = 2, where: tuple[str, int] | None = None) -> None:
     """One RuntimeWarning about our own trouble, which never raises: under ``-W error`` (or
     pytest's ``filterwarnings = error``) it is printed to stderr instead of failing the user's cell.
 
     Shown every time, as the user's filters allow: ``warnings.warn`` shows a text once per place
     it is raised from (Python's ``default`` action), and ours come from a few places in our code,
-    so a second unwritable snapshot would pass in silence."""
+    so a second unwritable snapshot would pass in silence. ``where`` (file, line) names the
+    place instead of the caller ``stacklevel`` up: for what no line of the user's caused."""
+    if where is not None:
+        try:
+            warnings.warn_explicit(message, RuntimeWarning, where[0], where[1], module="memsnap_magic", registry={})
+        except Exception:
+            print(f"RuntimeWarning: {message}", file=sys.stderr)
+        return
     try:
         try:
             frame = sys._getframe(stacklevel)

@@ -98,8 +98,11 @@ def test_a_failed_write_is_said_at_the_next_cell_and_the_interval_stays(shell, s
         assert shell.run_cell("%%memsnap out=blocked device=cpu\nv = torch.ones(4)").success
         assert not [w for w in caught if "memsnap" in str(w.message)]  # not yet: the write is pending
         assert shell.run_cell("1 + 1").success
-    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    ours = [w for w in caught if "memsnap" in str(w.message)]
+    messages = [str(w.message) for w in ours]
     assert len(messages) == 1 and "could not write blocked/step1/" in messages[0] and "memory only" in messages[0]
+    # from the background write, not from a line of ours nor of the cell about to run
+    assert (ours[0].filename, ours[0].lineno) == ("<memsnap background write>", 0)
     (iv,) = session().intervals
     assert iv.path is None and iv.peak_allocated > 0
 
