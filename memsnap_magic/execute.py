@@ -5,7 +5,8 @@ compiler (``from __future__`` flags), in the user's namespace. It is registered 
 under a cell filename with the magic's line in front, so tracebacks read ``Cell In[N], line L``
 with the cell's own line numbers. Exceptions propagate unchanged: the outer cell shows one normal
 traceback and counts as failed, exactly as without the magic. A final expression's value is
-returned, and IPython displays it as the cell's ``Out[N]``.
+returned, and IPython displays it as the cell's ``Out[N]``; the shell's ``ast_node_interactivity``
+decides which values are shown, as for any cell (``all``: each expression's as it runs).
 """
 
 from __future__ import annotations
@@ -36,10 +37,7 @@ class CellCode:
         )
         try:
             tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
-            body_nodes = list(tree.body) if tree is not None else []
-            last = body_nodes.pop() if body_nodes and isinstance(body_nodes[-1], ast.Expr) else None
-            self._exec = shell.compile(ast.Module(body_nodes, []), self.filename, "exec") if body_nodes else None
-            self._eval = shell.compile(ast.Expression(last.value), self.filename, "eval") if last is not None else None
+            self._execs, self._eval = self._compile(list(tree.body) if tree is not None else [])
         except SyntaxError as e:
             if _awaits_at_top_level("\n" + transformed):
                 raise UsageError(
@@ -55,17 +53,46 @@ class CellCode:
         # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
         self._quiet = ends_with_semicolon(transformed)
 
+    def _compile(self, nodes: list[ast.stmt]) -> tuple[list[Any], Any]:
+        """Code to exec, and the expression whose value the cell returns (None: no value), as
+        IPython's ``run_ast_nodes`` splits a cell for the shell's ``ast_node_interactivity``."""
+        mode = getattr(self.shell, "ast_node_interactivity", "last_expr")
+        if mode == "last_expr_or_assign" and nodes:  # ``x = f()`` last shows x, as IPython does
+            last = nodes[-1]
+            target = (
+                last.targets[0]
+                if isinstance(last, ast.Assign) and len(last.targets) == 1
+                else getattr(last, "target", None)
+                if isinstance(last, (ast.AugAssign, ast.AnnAssign))
+                else None
+            )
+            if isinstance(target, ast.Name):
+                nodes.append(
+                    ast.fix_missing_locations(ast.copy_location(ast.Expr(ast.Name(target.id, ast.Load())), last))
+                )
+        compile_ = self.shell.compile
+        if mode == "all":  # every expression displayed as it runs: single mode, one node at a time
+            return [
+                compile_(ast.Interactive([n]), self.filename, "single")
+                if isinstance(n, ast.Expr)
+                else compile_(ast.Module([n], []), self.filename, "exec")
+                for n in nodes
+            ], None
+        last = nodes.pop() if mode != "none" and nodes and isinstance(nodes[-1], ast.Expr) else None
+        execs = [compile_(ast.Module(nodes, []), self.filename, "exec")] if nodes else []
+        return execs, compile_(ast.Expression(last.value), self.filename, "eval") if last is not None else None
+
     def run(self) -> Any:
         """Execute in the user's namespace; the final expression's value is returned."""
         __tracebackhide__ = True
         glob, local = self.shell.user_global_ns, self.shell.user_ns
         try:
-            if self._exec is not None:
-                exec(self._exec, glob, local)
+            for code in self._execs:
+                exec(code, glob, local)
             value = eval(self._eval, glob, local) if self._eval is not None else None
             return None if self._quiet else value
         except BaseException as e:
-            codes = tuple(c for c in (self._exec, self._eval) if c is not None)
+            codes = (*self._execs, *((self._eval,) if self._eval is not None else ()))
             _render_from_cell(self.shell, e, self.filename, codes)
             raise
 

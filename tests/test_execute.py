@@ -32,3 +32,26 @@ def test_trailing_semicolon_rule_is_ipythons(parts):
 )
 def test_trailing_semicolon_examples(code, quiet):
     assert ends_with_semicolon(code) is quiet
+
+
+BODIES = ["1\nx = 2\n'three'\nx", "y = 4", "z: int = 5", "w = 1\nw += 6", "print('p')\n7", "a = b = 8", "pass"]
+
+
+@pytest.mark.parametrize("mode", ["last_expr", "all", "last", "none", "last_expr_or_assign"])
+def test_the_values_shown_are_a_plain_cells_under_every_interactivity(shell, capsys, mode):
+    import re
+
+    shell.ast_node_interactivity = mode
+    shell.run_line_magic("memsnap", "config device=cpu")
+
+    def shown(cell: str) -> list[str]:
+        capsys.readouterr()
+        assert shell.run_cell(cell).success
+        out = capsys.readouterr().out
+        return [re.sub(r"Out\[\d+\]", "Out[N]", line) for line in out.splitlines() if not line.startswith("memsnap ")]
+
+    for body in BODIES:
+        plain = shown(body)
+        assert shown("%%memsnap\n" + body) == plain, body
+    if mode == "all":  # each expression, as it runs
+        assert shown("%%memsnap\n" + BODIES[0]) == ["Out[N]: 1", "Out[N]: 'three'", "Out[N]: 2"]
