@@ -116,7 +116,10 @@ class Recorder:
         from . import backends
 
         o = self.options
-        self._out = os.path.abspath(o.out)  # before the body can change directory
+        try:
+            self._out = os.path.abspath(o.out)  # before the body can change directory
+        except OSError:  # the current directory was deleted: the write will say what went wrong
+            self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
         outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it

@@ -42,7 +42,7 @@ def shown_path(path: os.PathLike[str] | str) -> str:
     if os.path.isabs(text):
         try:
             relative = os.path.relpath(text)
-        except ValueError:  # another drive (Windows)
+        except (ValueError, OSError):  # another drive (Windows); a current directory deleted
             relative = ""
         if relative and not relative.startswith(os.pardir):
             text = relative

@@ -129,3 +129,25 @@ def test_interpreter_exit_waits_for_the_last_write(tmp_path):
     assert "block done" in out.stdout
     (path,) = (tmp_path / "out").rglob("*.pickle")
     assert load_snapshot(path)["memsnap"]["step"] == 1 and summaries.beside(path).is_file()
+
+
+def test_a_deleted_current_directory_costs_only_the_relative_write(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import os, torch
+        from memsnap_magic import Recorder, session
+        from memsnap_magic.text import interval_table
+        os.rmdir({str(gone)!r})
+        for step, out in ((1, {str(tmp_path / "abs")!r}), (2, "relative")):
+            with Recorder(step=step, device="cpu", context="none", out=out, wait=True):
+                x = torch.ones(3)
+        print(interval_table(session().intervals))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=gone, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (path,) = (tmp_path / "abs").rglob("*.pickle")
+    assert str(path) in out.stdout and "(not written)" in out.stdout
+    assert "could not write relative/step2/" in out.stderr
