@@ -35,6 +35,8 @@ class CellCode:
         self.filename = shell.compile.cache(
             header + "\n" + transformed, cell_number(shell), raw_code=header + "\n" + body
         )
+        # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
+        self._quiet = ends_with_semicolon(transformed)
         try:
             tree = shell.transform_ast(shell.compile.ast_parse("\n" + transformed, filename=self.filename))
             self._execs, self._eval = self._compile(list(tree.body) if tree is not None else [])
@@ -50,8 +52,6 @@ class CellCode:
             error = e if type(e) is not SyntaxError else _BodySyntaxError(*e.args)
             _render_from_cell(shell, error, self.filename)
             raise error from None
-        # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
-        self._quiet = ends_with_semicolon(transformed)
 
     def _compile(self, nodes: list[ast.stmt]) -> tuple[list[Any], Any]:
         """Code to exec, and the expression whose value the cell returns (None: no value), as
@@ -71,16 +71,22 @@ class CellCode:
                     ast.fix_missing_locations(ast.copy_location(ast.Expr(ast.Name(target.id, ast.Load())), last))
                 )
         compile_ = self.shell.compile
-        if mode == "all":  # every expression displayed as it runs: single mode, one node at a time
-            return [
-                compile_(ast.Interactive([n]), self.filename, "single")
-                if isinstance(n, ast.Expr)
-                else compile_(ast.Module([n], []), self.filename, "exec")
-                for n in nodes
-            ], None
-        last = nodes.pop() if mode != "none" and nodes and isinstance(nodes[-1], ast.Expr) else None
+
+        def single(node: ast.stmt) -> Any:  # the values of its expressions shown, even inside a for or with
+            return compile_(ast.Interactive([node]), self.filename, "single")
+
+        if self._quiet:  # a trailing ';' hides every value the cell would show
+            mode = "none"
+        if mode == "all":  # one node at a time, each in single mode: values shown as they come
+            return [single(n) for n in nodes], None
+        shown = nodes.pop() if mode in ("last", "last_expr", "last_expr_or_assign") and nodes else None
+        if shown is not None and not isinstance(shown, ast.Expr) and mode != "last":
+            nodes.append(shown)  # last_expr: a last node that is no expression shows nothing
+            shown = None
         execs = [compile_(ast.Module(nodes, []), self.filename, "exec")] if nodes else []
-        return execs, compile_(ast.Expression(last.value), self.filename, "eval") if last is not None else None
+        if shown is not None and not isinstance(shown, ast.Expr):  # "last": a for or with shows its values
+            return [*execs, single(shown)], None
+        return execs, compile_(ast.Expression(shown.value), self.filename, "eval") if shown is not None else None
 
     def run(self) -> Any:
         """Execute in the user's namespace; the final expression's value is returned."""

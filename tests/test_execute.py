@@ -34,7 +34,21 @@ def test_trailing_semicolon_examples(code, quiet):
     assert ends_with_semicolon(code) is quiet
 
 
-BODIES = ["1\nx = 2\n'three'\nx", "y = 4", "z: int = 5", "w = 1\nw += 6", "print('p')\n7", "a = b = 8", "pass"]
+BODIES = [
+    "1\nx = 2\n'three'\nx",
+    "y = 4",
+    "z: int = 5",
+    "w = 1\nw += 6",
+    "print('p')\n7",
+    "a = b = 8",
+    "pass",
+    "# only a comment",
+    "for i in range(2):\n    i",  # single mode shows values inside a for, an if, a with
+    "9\nif True:\n    'in if'",
+    "with open(__import__('os').devnull):\n    'in with'",
+    "1\n2;",  # a trailing ';' hides every value
+    "for i in range(2):\n    i\n3;",
+]
 
 
 @pytest.mark.parametrize("mode", ["last_expr", "all", "last", "none", "last_expr_or_assign"])
@@ -46,7 +60,7 @@ def test_the_values_shown_are_a_plain_cells_under_every_interactivity(shell, cap
 
     def shown(cell: str) -> list[str]:
         capsys.readouterr()
-        assert shell.run_cell(cell).success
+        assert shell.run_cell(cell, store_history=True).success  # IPython reads ';' from the history
         out = capsys.readouterr().out
         return [re.sub(r"Out\[\d+\]", "Out[N]", line) for line in out.splitlines() if not line.startswith("memsnap ")]
 
