@@ -150,7 +150,8 @@ class MemsnapMagics(Magics):
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
         for iv in loaded:  # still the same files after a %cd
-            iv.path = iv.path and Path(os.path.abspath(iv.path))
+            if iv.path is not None and not iv.path.is_absolute():
+                iv.path = Path.cwd() / iv.path
         replaced = sum(STATE.session.add(iv) is not None for iv in loaded)
         print(loaded_line(loaded, replaced))
 
@@ -169,8 +170,13 @@ class MemsnapMagics(Magics):
         print(interval_table(STATE.session.intervals))
 
     def _reset(self, rest: str) -> None:
+        stopped = STATE.stop_all()  # a clear=false history left on would carry forgotten steps on
         STATE.session.reset()
-        print("memsnap: intervals forgotten (files on disk are kept)")
+        run = STATE.session.next_step()
+        print(
+            f"memsnap: intervals forgotten (files on disk are kept; the next step is {run})"
+            + (f"; stopped recording on {', '.join(stopped)}" if stopped else "")
+        )
 
     def _off(self, rest: str) -> None:
         stopped = STATE.stop_all()
@@ -193,7 +199,9 @@ COMMANDS: dict[str, Command] = {
         MemsnapMagics._config, "config key=value ...", "session defaults for the options below (key= unsets one)"
     ),
     "list": Command(MemsnapMagics._list, "list", "table of the recorded intervals"),
-    "reset": Command(MemsnapMagics._reset, "reset", "forget the intervals (files stay)"),
+    "reset": Command(
+        MemsnapMagics._reset, "reset", "forget the intervals and stop recording (files stay; steps go on counting)"
+    ),
     "off": Command(MemsnapMagics._off, "off", "stop any recording left on by clear=false"),
 }
 

@@ -117,7 +117,8 @@ class Recorder:
 
         o = self.options
         try:
-            self._out = os.path.abspath(o.out)  # before the body can change directory
+            # before the body can change directory; joined, not normalised: link/.. is where the link leads
+            self._out = os.path.join(os.getcwd(), o.out)
         except OSError:  # the current directory was deleted: the write will say what went wrong
             self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
@@ -129,6 +130,16 @@ class Recorder:
                 stacklevel=2,
             )
             return self
+        chained = STATE.chains.get(backend.device)
+        if backend.recording and chained is not None and chained != (o.run or "") and self.steps is None:
+            from .text import run_label
+
+            warn(
+                f"memsnap: the clear=false history of {run_label(chained)} on {backend.device} ended here: "
+                f"{run_label(o.run or '')} starts from a fresh history (a run's snapshots never hold another's)",
+                stacklevel=2,
+            )
+            backend.end(keep=False)
         backend.configure(o)
         self._rank = resolve_rank(o.rank)
         self._training = self._training_objects()
@@ -179,6 +190,11 @@ class Recorder:
         finally:
             if not keep and self._backend is not None and self._backend.recording:
                 self._quietly(self._backend.end, keep=False)
+            if self._backend is not None:  # which run a history left on goes on with
+                if self._backend.recording:
+                    STATE.chains[self._backend.device] = self.options.run or ""
+                else:
+                    STATE.chains.pop(self._backend.device, None)
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""

@@ -61,7 +61,7 @@ class Session:
         self._tails: dict[tuple[str, int, str], Interval] = {}  # each stream's interval added last
         self._steps: dict[tuple[str, int, str], dict[int, Interval]] = {}  # stream -> step -> first added
         self._sorted: dict[tuple[str, int, str], list[int]] = {}  # stream -> its steps, ascending
-        self._top: dict[str, int] = {}  # run -> its highest step
+        self._top: dict[str, int] = {}  # run -> its highest step, those a reset forgot included
 
     @property
     def runs(self) -> dict[str, Run]:
@@ -91,14 +91,21 @@ class Session:
         replaced = self._where.get(key)
         self._where[key] = interval
         if replaced is not None:
-            n = bisect.bisect_left(self._order, place)
-            while self.intervals[n] is not replaced:  # past the others of its step and rank
+            # out, and in again after the others of its step and rank (other tags, devices):
+            # the newer last, as a folder's scan orders a step written twice
+            first = n = bisect.bisect_left(self._order, place)
+            while self.intervals[n] is not replaced:
                 n += 1
-            self.intervals[n] = interval
+            del self.intervals[n], self._order[n]
+            n = bisect.bisect_right(self._order, place)
+            self._order.insert(n, place)
+            self.intervals.insert(n, interval)
             by_step = self._steps[stream]
-            if by_step[interval.step] is replaced:
-                by_step[interval.step] = interval
-            self._update_cumulative()  # a step replaced in place: every later figure may move
+            if by_step[interval.step] is replaced:  # the first of its step in the list, as before
+                by_step[interval.step] = next(
+                    iv for iv in self.intervals[first:] if _stream(iv) == stream and iv.step == interval.step
+                )
+            self._update_cumulative()  # a step replaced: every later figure may move
         else:
             steps = self._sorted.setdefault(stream, [])
             last = not steps or interval.step >= steps[-1]  # the newest step of its stream
@@ -151,7 +158,9 @@ class Session:
         """Forget the intervals (files on disk stay); defaults and dashboards stay."""
         self.intervals.clear()
         self.last = self.last_replaced = None
-        for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted, self._top):
+        # the steps numbered so far stay: a cell without step= after a reset must not take step 1
+        # again and overwrite its file, which stays on disk
+        for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted):
             index.clear()
 
     def to_records(self) -> list[dict[str, Any]]:

@@ -133,7 +133,8 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], A
     never a half file under ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp normalises its folder as text (link/.. would lose the link): the real folder, then
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         with os.fdopen(fd, "wb") as f:

@@ -36,6 +36,7 @@ class State:
         self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
         self.warned: set[str] = set()  # keys of the one-time warnings already given
         self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
+        self.chains: dict[str, str] = {}  # device -> the run whose clear=false history it goes on recording
         self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
 
     @property
@@ -82,6 +83,7 @@ class State:
         self.backends.clear()
         self.recording_kinds.clear()
         self.last_end.clear()
+        self.chains.clear()
         self._session = None
         self.live_dashboard = None
 

@@ -37,15 +37,15 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
 
 def shown_path(path: os.PathLike[str] | str) -> str:
     """A file's path to print: relative to the current directory where it lies below it (short,
-    as the user wrote ``out=``), else as it is; printable whatever the file's name holds."""
+    as the user wrote ``out=``), else as it is (never normalised: ``link/..`` is where the link
+    leads); printable whatever the file's name holds."""
     text = os.fspath(path)
-    if os.path.isabs(text):
-        try:
-            relative = os.path.relpath(text)
-        except (ValueError, OSError):  # another drive (Windows); a current directory deleted
-            relative = ""
-        if relative and not relative.startswith(os.pardir):
-            text = relative
+    try:
+        here = os.path.join(os.getcwd(), "")
+    except OSError:  # the current directory was deleted
+        here = ""
+    if here and text.startswith(here) and len(text) > len(here):
+        text = text[len(here) :]
     return clean(text)
 
 

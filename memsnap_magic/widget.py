@@ -230,15 +230,17 @@ class Dashboard:
         ivs = self.shown()
         return ivs[self.step.value] if self.step.value is not None and self.step.value < len(ivs) else None
 
-    def _newest(self, ivs: list[Interval]) -> int:
-        """Where in ``ivs`` the step recorded last is (steps are in step order, and a cell may
-        record an earlier step than those before it); the last step if it is not among them."""
+    def _newest(self, ivs: list[Interval]) -> int | None:
+        """Where in ``ivs`` the interval recorded last is (steps are in step order, and a cell may
+        record an earlier step than those before it), or its step (another rank shown); None
+        when it is not among them (another run)."""
         last = self.session.last
-        if last is not None:
-            for n, iv in enumerate(ivs):
-                if iv.run == last.run and iv.step == last.step:
-                    return n
-        return len(ivs) - 1
+        if last is None:
+            return None
+        for n, iv in enumerate(ivs):
+            if iv is last:
+                return n
+        return next((n for n, iv in enumerate(ivs) if (iv.run, iv.step) == (last.run, last.step)), None)
 
     def refresh(self, newest: bool = False) -> None:
         """Re-read the session: new steps extend the overview; ``newest`` selects the last step."""
@@ -267,7 +269,11 @@ class Dashboard:
                 keep = same[0]
             self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n) for n, iv in enumerate(ivs)]
             if ivs:
-                self.step.value = self._newest(ivs) if newest or keep is None or keep >= len(ivs) else keep
+                if newest or keep is None or keep >= len(ivs):
+                    at = self._newest(ivs)
+                    self.step.value = len(ivs) - 1 if at is None else at
+                else:
+                    self.step.value = keep
         finally:
             self._updating = False
         self._draw_step()
@@ -331,9 +337,7 @@ class Dashboard:
         )
         self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
         self.detail.value = plots.png(self.detail_fig)
-        shown = self.shown()
-        earlier = [e for e in shown[: shown.index(iv)] if (e.rank, e.device) == (iv.rank, iv.device)]
-        self.blocks.value = blocks_table(iv, earlier)
+        self.blocks.value = blocks_table(iv, recorded_before(iv, self._run_intervals(iv.run)))
         lines = [*caveats(iv), usage_line(iv)]
         self.usage.value = "<br>".join(f"<small>{html.escape(line)}</small>" for line in lines if line)
         self._draw_overview()  # the selected step is outlined there
@@ -407,6 +411,15 @@ THEME_CSS = (
 )
 # The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
 _HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
+
+
+def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
+    """The intervals of ``iv``'s rank and device recorded before it, oldest first: by when their
+    snapshots were taken (a lower step may have run later), else in step order."""
+    same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
+    if iv.end_us is not None and all(e.end_us is not None for e in same):
+        return sorted((e for e in same if e.end_us < iv.end_us), key=lambda e: e.end_us)
+    return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
 
 
 def _close_all(widget: w.Widget) -> None:

@@ -520,3 +520,17 @@ def test_config_shows_the_defaults_as_options_take_them(shell, capsys):
     assert "steps=1,5" in shown and "wait=false" in shown and "clear=true" in shown
     shell.run_line_magic("memsnap", "config " + shown)  # what it shows, it takes back
     assert capsys.readouterr().out.strip().removeprefix("memsnap defaults: ") == shown
+
+
+def test_out_through_a_link_and_up_goes_where_the_link_leads(torch_ns, tmp_path):
+    from memsnap_magic.text import shown_path
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    run(torch_ns, "%%memsnap step=1 out=link/../runs\nx = torch.ones(4)")
+    wait_for_writes()
+    (written,) = (tmp_path / "real" / "runs").rglob("*.pickle")  # as the OS resolves link/..
+    assert session().intervals[0].path.resolve() == written.resolve()
+    assert shown_path(tmp_path / "..cache" / "f") == "..cache/f"  # a name starting with dots is below
+    assert shown_path(tmp_path.parent / "f") == str(tmp_path.parent / "f")
+    assert shown_path(session().intervals[0].path).startswith("link/../runs/step1/")

@@ -88,9 +88,10 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "into run 'before': steps 1" in out and "(replacing 1 step loaded before)" in out
     assert [iv.step for iv in session().runs["before"].intervals] == [1]
-    # nothing joins the session's own run: a recorded cell still starts at step 1 there
+    # nothing joins the session's own run; its numbering goes on past the step the reset forgot,
+    # so the loaded step 1's file is not overwritten
     shell.run_cell("%%memsnap\npass")
-    assert [iv.step for iv in session().runs[""].intervals] == [1]
+    assert [iv.step for iv in session().runs[""].intervals] == [2]
     with pytest.raises(UsageError, match=r"as='a b'.*letters, digits"):
         shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'} 'as=a b'")
     # one name for a folder holding two runs would merge them: refused, the session as it was
@@ -243,21 +244,22 @@ class _Reference:
     def __init__(self) -> None:
         self.intervals: list = []
         self.runs: list = []  # in the order they began
+        self.top: dict = {}  # run -> the highest step numbered, kept by a reset
 
     def add(self, iv):
         key = (iv.run, iv.step, iv.rank, iv.device, iv.tag)
-        for n, old in enumerate(self.intervals):
-            if (old.run, old.step, old.rank, old.device, old.tag) == key:
-                self.intervals[n] = iv
-                return old
+        old = next((o for o in self.intervals if (o.run, o.step, o.rank, o.device, o.tag) == key), None)
+        if old is not None:
+            del self.intervals[next(n for n, o in enumerate(self.intervals) if o is old)]
         if iv.run not in self.runs:
             self.runs.append(iv.run)
-        self.intervals.append(iv)
+        self.intervals.append(iv)  # after the others of its step and rank, replacing or not
         self.intervals.sort(key=lambda i: (self.runs.index(i.run), i.step, i.rank))  # stable: ties as added
-        return None
+        return old
 
-    def next_step(self, run):
-        return max((i.step for i in self.intervals if i.run == run), default=0) + 1
+    def next_step(self, run):  # past every step recorded, those forgotten by a reset too: no file overwritten
+        self.top[run] = max([self.top.get(run, 0), *(i.step for i in self.intervals if i.run == run)])
+        return self.top[run] + 1
 
     def previous(self, iv):
         earlier = [
@@ -284,6 +286,7 @@ moves = st.lists(
             st.integers(1, 6),  # step
             st.integers(0, 1),  # rank
             st.sampled_from(["", "t"]),  # tag
+            st.sampled_from(["cpu", "cuda:0"]),  # device
             st.integers(0, 50),  # entries
             st.integers(1, 99),  # peak
             st.booleans(),  # clear
@@ -300,17 +303,53 @@ def test_the_sessions_indexes_agree_with_scanning_every_interval(steps):
     s, ref = Session(), _Reference()
     for move in steps:
         if move == "reset":
+            for r in ("", "a"):
+                ref.next_step(r)  # what it had numbered so far stays
             s.reset()
             ref.intervals.clear()
             ref.runs.clear()
             continue
-        run, step, rank, tag, entries, peak, clear = move
-        iv = interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank)
+        run, step, rank, tag, device, entries, peak, clear = move
+        iv = interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank, device=device)
         iv.run, iv.tag = run, tag
         assert s.add(iv) is ref.add(iv)
-        assert s.intervals == ref.intervals
+        assert len(s.intervals) == len(ref.intervals) and all(a is b for a, b in zip(s.intervals, ref.intervals))
         assert [(i.cumulative_trace_entries, i.cumulative_peak_allocated) for i in s.intervals] == ref.cumulative()
         for r in ("", "a"):
             assert s.next_step(r) == ref.next_step(r)
         for probe in s.intervals:
             assert s.previous(probe) is ref.previous(probe)
+
+
+def test_a_never_cleared_history_does_not_run_into_another_run(shell, capsys):
+    import warnings
+
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    assert shell.run_cell("%%memsnap step=6 clear=false\n" + LEAK.format(n=1)).success
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert shell.run_cell("%%memsnap step=7 run=other\n" + LEAK.format(n=1)).success
+    assert any("history of this session on cpu ended here" in str(w.message) for w in caught)
+    other = session().runs["other"].intervals[0]
+    assert other.trace_entries == 2 and other.kept == MiB  # its block and segment and other.baseline_allocated == MiB
+    assert shell.run_cell("%%memsnap step=8\n" + LEAK.format(n=1)).success  # nothing left on to carry
+    assert session().runs[""].intervals[-1].trace_entries == 2
+
+
+def test_reset_stops_recording_and_numbering_goes_on_past_the_files_kept(shell, tmp_path, capsys):
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    for _ in range(2):
+        assert shell.run_cell("%%memsnap clear=false\n" + LEAK.format(n=1)).success
+    wait_for_writes()
+    before = {p: p.read_bytes() for p in (tmp_path / "memsnap").rglob("*.pickle")}
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", "reset")
+    said = capsys.readouterr().out
+    assert "the next step is 3" in said and "stopped recording on cpu" in said
+    assert shell.run_cell("%%memsnap\n" + LEAK.format(n=3)).success
+    wait_for_writes()
+    (iv,) = session().intervals
+    assert iv.step == 3 and iv.trace_entries == 2 and iv.kept == 3 * MiB  # its own history only
+    assert all(p.read_bytes() == data for p, data in before.items())  # steps 1 and 2 untouched

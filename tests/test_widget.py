@@ -252,6 +252,32 @@ def test_following_the_newest_means_the_step_recorded_last_not_the_highest(sessi
     assert d.follow.value
 
 
+def test_blocks_are_dated_by_the_steps_recorded_before_not_the_lower_steps():
+    from memsnap_magic.widget import recorded_before
+
+    one, twelve, fifteen, other = (interval(n, 0, MiB, 0) for n in (1, 12, 15, 15))
+    for iv, end in ((one, 100), (fifteen, 200), (twelve, 300), (other, 50)):
+        iv.end_us = end
+    other.rank = 1
+    ivs = [one, twelve, fifteen, other]  # step order, as the session keeps them
+    assert recorded_before(fifteen, ivs) == [one]  # step 12 ran after 15: it made none of 15's blocks
+    assert [iv.step for iv in recorded_before(twelve, ivs)] == [1, 15]  # oldest first: the latest wins
+    twelve.end_us = None  # a file that does not say when: step order
+    assert [iv.step for iv in recorded_before(fifteen, ivs)] == [1, 12]
+
+
+def test_the_newest_is_the_interval_recorded_last_among_tags_of_one_step(session):
+    d = Dashboard(session)
+    for tag in ("b", "a"):
+        iv = interval(7, 0, MiB, 0)
+        iv.tag = tag
+        session.add(iv)
+    assert d.selected() is session.last and d.follow.value
+    session.add(interval(8, 0, MiB, 0))
+    d.step.value = [n for n, iv in enumerate(d.shown()) if iv.tag == "a"][0]
+    assert not d.follow.value  # the user picked an older one
+
+
 def test_showing_a_dashboard_again_leaves_one_live(session):
     old = Dashboard(session)
     new = Dashboard(session)
