@@ -274,7 +274,7 @@ def test_the_newest_is_the_interval_recorded_last_among_tags_of_one_step(session
         session.add(iv)
     assert d.selected() is session.last and d.follow.value
     session.add(interval(8, 0, MiB, 0))
-    d.step.value = [n for n, iv in enumerate(d.shown()) if iv.tag == "a"][0]
+    d.step.value = next(n for n, iv in enumerate(d.shown()) if iv.tag == "a")
     assert not d.follow.value  # the user picked an older one
 
 
