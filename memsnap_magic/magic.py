@@ -69,11 +69,14 @@ class MemsnapMagics(Magics):
         if cell is None:
             return self._line(line)
         __tracebackhide__ = True
-        from .recorder import Recorder
+        from .recorder import Recorder, mark
 
         opts = _parse(options.parse, line, STATE.session.defaults, "%%memsnap")
         code = CellCode(self.shell, f"%%memsnap {line}".rstrip(), cell)
+        if opts.steps is not None:  # offered again after a %reset emptied the namespace
+            self.shell.user_ns.setdefault("mark", mark)
         recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
+        recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
         if not self._start(recorder):
             return code.run()
         error: BaseException | None = None
@@ -96,7 +99,10 @@ class MemsnapMagics(Magics):
         except (BackendError, options.OptionError) as e:
             raise UsageError(f"%%memsnap: {e}") from None
         except Exception as e:
-            warn(f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded")
+            warn(
+                f"memsnap: could not start recording ({type(e).__name__}: {e}); the cell runs unrecorded",
+                where=recorder.where,
+            )
             return False
         return True
 

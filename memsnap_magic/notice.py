@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 BACKGROUND = ("<memsnap background write>", 0)  # where a warning from no line of the user's reads as from
+_BLAMED: ContextVar[tuple[str, int] | None] = ContextVar("memsnap_blamed", default=None)
+
+
+@contextlib.contextmanager
+def blamed_on(where: tuple[str, int] | None) -> Iterator[None]:
+    """Warnings inside point at ``where`` (the user's ``with`` line, a ``%%memsnap`` line), not
+    at the line of ours that raised them."""
+    token = _BLAMED.set(where)
+    try:
+        yield
+    finally:
+        _BLAMED.reset(token)
+
+
+def caller_outside(filename: str) -> tuple[str, int]:
+    """The file and line of the nearest caller whose code is not in ``filename``."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == filename:
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
 
 
 def warn(message: str, stacklevel: int = 2, where: tuple[str, int] | None = None) -> None:
@@ -15,7 +38,9 @@ def warn(message: str, stacklevel: int = 2, where: tuple[str, int] | None = None
     Shown every time, as the user's filters allow: ``warnings.warn`` shows a text once per place
     it is raised from (Python's ``default`` action), and ours come from a few places in our code,
     so a second unwritable snapshot would pass in silence. ``where`` (file, line) names the
-    place instead of the caller ``stacklevel`` up: for what no line of the user's caused."""
+    place instead of the caller ``stacklevel`` up: for what no line of the user's caused.
+    Inside ``blamed_on`` its place is the default."""
+    where = where if where is not None else _BLAMED.get()
     if where is not None:
         try:
             warnings.warn_explicit(message, RuntimeWarning, where[0], where[1], module="memsnap_magic", registry={})

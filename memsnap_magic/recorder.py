@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
-from .notice import warn
+from .notice import blamed_on, caller_outside, warn
 from .state import STATE
 
 if TYPE_CHECKING:
@@ -106,6 +106,7 @@ class Recorder:
         self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
         self._training: tuple[list[Any], list[Any]] = ([], [])
+        self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -113,6 +114,12 @@ class Recorder:
         Inside a block that already records the same device (a ``Recorder`` in a ``%%memsnap``
         cell, a nested cell) this one records nothing and says so once: one history per device.
         """
+        if self.where is None:
+            self.where = caller_outside(__file__)
+        with blamed_on(self.where):
+            return self._start()
+
+    def _start(self) -> Recorder:
         from . import backends
 
         o = self.options
@@ -170,6 +177,10 @@ class Recorder:
         Never raises: a failure of ours is one warning, and a KeyboardInterrupt while the
         snapshot is taken or written stops that and leaves recording off (the cell's own outcome
         stands)."""
+        with blamed_on(self.where):
+            self._stop(error)
+
+    def _stop(self, error: BaseException | None = None) -> None:
         started = self in STATE.active
         if started:
             STATE.active.remove(self)
@@ -204,7 +215,10 @@ class Recorder:
             first = missing[0]
             what = f"no listed step began: call mark(step) at the start of each step of the loop (mark({first}) …)"
         else:
-            what = f"step{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} never began (no mark() for them)"
+            what = (
+                f"step{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} never began "
+                f"(no mark() for {'them' if len(missing) > 1 else 'it'})"
+            )
         warn(f"memsnap: steps={listed}: {what}; nothing was recorded for them", stacklevel=3)
 
     def __enter__(self) -> Recorder:

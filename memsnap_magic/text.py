@@ -27,8 +27,8 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
         return "—"
     sign = ("+" if n > 0 else "-" if n < 0 else "±") if signed else ("-" if n < 0 else "")
     value = float(abs(n))
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
+    for unit in _UNITS:  # compared as printed: 1,048,568 B is 1.0 MiB, not 1024.0 KiB
+        if unit == _UNITS[-1] or (value < 1024 if unit == "B" else round(value, 1) < 1024):
             break
         value /= 1024
     text = f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
@@ -250,7 +250,8 @@ def caveats(iv: Interval) -> list[str]:
     if iv.overflowed:
         said.append(
             f"the trace ring was full ({iv.trace_entries:,} entries, max_entries=): the step's oldest events "
-            "were dropped, so its start and kept figures are those of the window kept, not of the whole step"
+            "were dropped, so its start, peak and kept figures are those of the window kept, not of the whole "
+            "step (a larger max_entries= keeps more)"
         )
     if iv.incomplete:
         said.append(f"incomplete: {iv.incomplete}")

@@ -1,5 +1,6 @@
 """The magic in an in-process IPython shell, on the real CPU backend (torch.profiler events)."""
 
+import linecache
 import os
 import re
 import subprocess
@@ -136,7 +137,8 @@ def test_a_full_ring_is_said_wherever_the_step_is_shown(torch_ns, capsys, tmp_pa
         assert "10 ring full" in rows[0] and "ring full" not in rows[1]
     d = Dashboard(session())
     d.step.value = 0
-    assert "ring was full (10 entries" in d.usage.value and "window kept" in d.usage.value
+    assert "ring was full (10 entries" in d.usage.value
+    assert "start, peak and kept figures are those of the window kept" in d.usage.value
     d.step.value = 1
     assert "ring" not in d.usage.value and "resident memory" in d.usage.value
 
@@ -175,9 +177,13 @@ def test_a_chain_stopped_between_cells_adds_the_next_cells_entries_in_full(torch
 )
 def test_listed_steps_that_never_began_are_said(torch_ns, loop, said):
     steps = "1,2" if loop == "x = 1" else "1,5,9"
-    with pytest.warns(RuntimeWarning, match=said):
+    with pytest.warns(RuntimeWarning, match=said) as caught:
         res = torch_ns.run_cell(f"%%memsnap steps={steps}\n{loop}")
     assert res.success
+    # said from the cell's %%memsnap line, not from a line of ours
+    (ours,) = [w for w in caught if "memsnap" in str(w.message)]
+    assert ours.lineno == 1 and "memsnap_magic" not in ours.filename
+    assert linecache.getline(ours.filename, 1).startswith(f"%%memsnap steps={steps}")
     assert [iv.step for iv in session().intervals] == ([] if steps == "1,2" else [1])
 
 

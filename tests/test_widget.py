@@ -7,6 +7,8 @@ import weakref
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memsnap_magic.intervals import Interval
 from memsnap_magic.plots import AT_START, NEVER_CLEARED, THIS_STEP
@@ -347,3 +349,19 @@ def test_a_superseded_dashboard_stops_listening_to_the_pointer(session):
     old = Dashboard(session)
     Dashboard(session)
     assert old.superseded and all(e.comm is None for e in old._events)
+
+
+@given(st.integers(-(2**50), 2**50))
+def test_bytes_read_as_a_number_under_1024_of_their_unit(n):
+    from memsnap_magic.text import fmt_bytes
+
+    number, unit = fmt_bytes(n).lstrip("-").split()
+    assert float(number) < 1024 or unit == "TiB"
+    scale = 1024 ** ["B", "KiB", "MiB", "GiB", "TiB"].index(unit)
+    assert abs(float(number) * scale - abs(n)) <= 0.05 * scale + 0.5  # rounded to one decimal
+
+
+def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
+    from memsnap_magic.text import fmt_bytes
+
+    assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(1023) == "1023 B" and fmt_bytes(1024) == "1.0 KiB"

@@ -151,3 +151,18 @@ def test_a_deleted_current_directory_costs_only_the_relative_write(tmp_path):
     (path,) = (tmp_path / "abs").rglob("*.pickle")
     assert str(path) in out.stdout and "(not written)" in out.stdout
     assert "could not write relative/step2/" in out.stderr
+
+
+def test_a_scripts_recorder_warns_from_its_with_line(tmp_path):
+    script = textwrap.dedent(
+        """
+        import warnings
+        from memsnap_magic import Recorder, mark
+        warnings.simplefilter("always")
+        with Recorder(steps=[1, 2], device="cpu", out="out"):  # line 5: no mark() in it
+            pass
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "<string>:5: RuntimeWarning: memsnap: steps=1,2: no listed step began" in out.stderr
