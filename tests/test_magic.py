@@ -540,3 +540,11 @@ def test_out_through_a_link_and_up_goes_where_the_link_leads(torch_ns, tmp_path)
     assert shown_path(tmp_path / "..cache" / "f") == "..cache/f"  # a name starting with dots is below
     assert shown_path(tmp_path.parent / "f") == str(tmp_path.parent / "f")
     assert shown_path(session().intervals[0].path).startswith("link/../runs/step1/")
+
+
+def test_a_steps_cell_after_reset_still_has_mark(torch_ns):
+    torch_ns.run_line_magic("reset", "-f")
+    res = torch_ns.run_cell(
+        "%%memsnap steps=2\nimport torch\nfor step in (1, 2):\n    mark(step)\n    x = torch.ones(8)"
+    )
+    assert res.success and [iv.step for iv in session().intervals] == [2]
