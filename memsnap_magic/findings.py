@@ -10,12 +10,15 @@ The rules, chosen so that noise makes no claim:
   held at its end is itself more than ``max(1 MiB, 1 % of the step's start)``; consecutive such
   steps form one run (a site that keeps a buffer another step frees is not flagged: that step
   does not leak).
+
+A ``clear=false`` step's snapshot goes on into the next one, whose figures then count from the
+chain's start: the rules read each step's own share (its start is the step before's end).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
@@ -66,8 +69,39 @@ def _threshold(start: int) -> float:
     return max(FLOOR, SHARE * start)
 
 
+@dataclass(frozen=True)
+class _Own(Figures):
+    """A step's own figures where its snapshot also holds the step before it (``clear=false``)."""
+
+    baseline_allocated: int
+    peak_allocated: int
+    end_allocated: int
+    trace_entries: int
+    kept_by_site: list[list[Any]] = field(default_factory=list)
+
+
+def own_figures(intervals: Sequence[Any]) -> list[Any]:
+    """Each step as the rules read it: as it is, or, where its history went on from the step
+    before (that step had ``clear=false``), from that step's end, with only the bytes per site
+    it added."""
+    from .session_state import holds
+
+    out: list[Any] = []
+    for n, iv in enumerate(intervals):
+        prev = intervals[n - 1] if n else None
+        if prev is None or getattr(prev, "clear", True) or not holds(iv, prev):
+            out.append(iv)
+            continue
+        before = {site: nbytes for site, nbytes, _ in getattr(prev, "kept_by_site", [])}
+        added = [[s, b - before.get(s, 0), k] for s, b, k in getattr(iv, "kept_by_site", []) if b > before.get(s, 0)]
+        added.sort(key=lambda row: -row[1])
+        out.append(_Own(prev.end_allocated, iv.peak_allocated, iv.end_allocated, iv.trace_entries, added))
+    return out
+
+
 def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
     """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
+    intervals = own_figures(intervals)
     leaking = [i for i, iv in enumerate(intervals) if iv.kept > _threshold(iv.baseline_allocated)]
     return [
         Leak(
@@ -93,7 +127,7 @@ def _consecutive(positions: Sequence[int]) -> list[list[int]]:
 def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
     """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
-    for i, iv in enumerate(intervals):
+    for i, iv in enumerate(own_figures(intervals)):
         limit = _threshold(iv.baseline_allocated)
         if iv.kept <= limit:
             continue
@@ -112,6 +146,7 @@ def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
     """Steps whose rise over their start stands out from the others', largest first."""
     if len(intervals) < 3:  # too few to tell what is typical
         return []
+    intervals = own_figures(intervals)
     typical = int(median(iv.peak_increase for iv in intervals))
     found = [
         Spike(step, iv.peak_increase, typical)

@@ -170,12 +170,12 @@ class Session:
 
 def _accumulate(iv: Interval, prev: Interval | None) -> None:
     """``iv``'s cumulative figures, given the interval added before it in its stream."""
-    carried = prev.trace_entries if prev is not None and _holds(iv, prev) else 0
+    carried = prev.trace_entries if prev is not None and holds(iv, prev) else 0
     iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
     iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
 
 
-def _holds(iv: Interval, prev: Interval) -> bool:
+def holds(iv: Interval, prev: Interval) -> bool:
     """Whether ``iv``'s snapshot holds ``prev``'s entries: a clear=false interval's history goes
     on into the next one, unless recording stopped in between (``%memsnap off``, a reload): then
     ``iv``'s events all come after ``prev`` ended."""

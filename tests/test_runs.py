@@ -353,3 +353,31 @@ def test_reset_stops_recording_and_numbering_goes_on_past_the_files_kept(shell, 
     (iv,) = session().intervals
     assert iv.step == 3 and iv.trace_entries == 2 and iv.kept == 3 * MiB  # its own history only
     assert all(p.read_bytes() == data for p, data in before.items())  # steps 1 and 2 untouched
+
+
+def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
+    from memsnap_magic.findings import leaks
+    from memsnap_magic.text import headline
+
+    shell.user_ns["kept"] = []
+    shell.run_line_magic("memsnap", "config device=cpu")
+    cells = [
+        "%%memsnap step=1 clear=false\n" + LEAK.format(n=2) + "\ntmp = torch.ones(2**20)\ndel tmp",
+        "kept.append(torch.ones(2**19))",  # a plain cell between: 2 MiB the chain sees too
+        "%%memsnap step=2 clear=false\n" + LEAK.format(n=2),
+        "%%memsnap step=3\n" + LEAK.format(n=2),
+    ]
+    for cell in cells:
+        assert shell.run_cell(cell).success
+    ivs = session().intervals
+    assert [iv.kept for iv in ivs] == [2 * MiB, 6 * MiB, 8 * MiB]  # each from the chain's start, as its file
+    (run,) = leaks(ivs, [1, 2, 3])
+    assert run.steps == (1, 2, 3) and run.kept == (2 * MiB, 4 * MiB, 2 * MiB)  # each step's own
+    assert "(+8.0 MiB held)" in headline(ivs)
+    wait_for_writes()
+    capsys.readouterr()
+    assert main(["summarize", "--json", str(tmp_path / "memsnap")]) == 0
+    records = json.loads(capsys.readouterr().out)
+    line = next(site for site in records[2]["leak_sites"])
+    assert all(line in r["leak_sites"] for r in records)
+    assert f"leak site: {line} kept +2.0 MiB per step over steps 1–3" in headline(ivs)  # not the chain's sums
