@@ -73,7 +73,9 @@ def describe(iv: Interval, replaced: Interval | None = None) -> str:
     if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
         parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
     if replaced is not None:
-        parts.append(f"replaced the earlier step {replaced.step}")
+        elsewhere = replaced.path is not None and iv.path is not None and replaced.path != iv.path
+        stays = f" (its file stays: {shown_path(replaced.path)})" if elsewhere and replaced.path else ""
+        parts.append(f"replaced the earlier step {replaced.step}{stays}")
     where = shown_path(iv.path) if iv.path is not None else "not written"
     return " · ".join(parts) + f" → {where}"
 
@@ -100,6 +102,9 @@ def interval_table(intervals: Sequence[Interval]) -> str:
     if allocator:
         head = (*head[:5], "alloc. peak", *head[5:])
     runs = len({iv.run for iv in intervals}) > 1
+    tags = len({iv.tag for iv in intervals}) > 1  # one step under two tags is two rows: say which
+    if tags:
+        head = (*head[:3], "tag", *head[3:])
     if runs:
         head = ("run", *head)
     rows = [head]
@@ -120,6 +125,8 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         )
         if allocator:
             row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])
+        if tags:
+            row = (*row[:3], clean(iv.tag), *row[3:])
         if runs:
             row = (run_label(iv.run), *row)
         rows.append(row)

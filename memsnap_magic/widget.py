@@ -267,7 +267,11 @@ class Dashboard:
             same = [n for n, iv in enumerate(ivs) if iv.step == self._shown_step]  # another run's same step
             if same and not newest:
                 keep = same[0]
-            self.step.options = [(f"{iv.step}" + (f" ({iv.error})" if iv.error else ""), n) for n, iv in enumerate(ivs)]
+            tagged = len({iv.tag for iv in ivs}) > 1
+            self.step.options = [
+                (f"{iv.step}" + (f" {iv.tag}" if tagged else "") + (f" ({iv.error})" if iv.error else ""), n)
+                for n, iv in enumerate(ivs)
+            ]
             if ivs:
                 if newest or keep is None or keep >= len(ivs):
                     at = self._newest(ivs)

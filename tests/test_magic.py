@@ -548,3 +548,11 @@ def test_a_steps_cell_after_reset_still_has_mark(torch_ns):
         "%%memsnap steps=2\nimport torch\nfor step in (1, 2):\n    mark(step)\n    x = torch.ones(8)"
     )
     assert res.success and [iv.step for iv in session().intervals] == [2]
+
+
+def test_replacing_a_step_written_elsewhere_says_its_file_stays(torch_ns, capsys):
+    run(torch_ns, "%%memsnap step=1\nx = torch.ones(4)")
+    run(torch_ns, "%%memsnap step=1\nx = torch.ones(4)")
+    assert "replaced the earlier step 1 → " in capsys.readouterr().out  # the same file, rewritten
+    run(torch_ns, "%%memsnap step=1 out=elsewhere\nx = torch.ones(4)")
+    assert "replaced the earlier step 1 (its file stays: memsnap/step1/" in capsys.readouterr().out

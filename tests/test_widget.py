@@ -365,3 +365,17 @@ def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
     from memsnap_magic.text import fmt_bytes
 
     assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(1023) == "1023 B" and fmt_bytes(1024) == "1.0 KiB"
+
+
+def test_one_step_under_two_tags_is_told_apart(session):
+    for tag in ("fwd", "bwd"):
+        iv = interval(4, 0, MiB, 0)
+        iv.tag = tag
+        session.add(iv)
+    from memsnap_magic.text import interval_table
+
+    rows = interval_table(session.intervals).splitlines()
+    assert rows[0].split()[:4] == ["step", "rank", "device", "tag"]
+    assert [r.split()[3] for r in rows[-2:]] == ["fwd", "bwd"]
+    d = Dashboard(session)
+    assert [label for label, _ in d.step.options][-2:] == ["4 fwd", "4 bwd"]
