@@ -81,7 +81,9 @@ class MemsnapMagics(Magics):
             return code.run()
         error: BaseException | None = None
         try:
-            return code.run()
+            value = code.run()
+            recorder.reach_also(value)  # IPython keeps it in Out after us: the start of what follows
+            return value
         except BaseException as e:
             error = e
             raise

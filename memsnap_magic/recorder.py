@@ -236,6 +236,11 @@ class Recorder:
         self.stop(exc)
         return False
 
+    def reach_also(self, value: Any) -> None:
+        """The body's result (a cell's ``Out``): live at the end, where no name holds it yet."""
+        if self._backend is not None:
+            self._quietly(self._backend.reach_also, value)
+
     def mark_step(self, step: int) -> None:
         """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
         if self.steps is None or self._backend is None:

@@ -556,3 +556,17 @@ def test_replacing_a_step_written_elsewhere_says_its_file_stays(torch_ns, capsys
     assert "replaced the earlier step 1 → " in capsys.readouterr().out  # the same file, rewritten
     run(torch_ns, "%%memsnap step=1 out=elsewhere\nx = torch.ones(4)")
     assert "replaced the earlier step 1 (its file stays: memsnap/step1/" in capsys.readouterr().out
+
+
+def test_a_cells_value_let_go_from_the_output_cache_is_seen_gone(torch_ns):
+    sh = torch_ns
+    sh.run_line_magic("memsnap", "config device=cpu")
+    assert sh.run_cell("%%memsnap step=1\ntorch.ones(2**18)", store_history=True).success  # Out[N]: 1 MiB
+    # let go of every reference IPython keeps (Out, _N, and _ in its hidden namespace too)
+    assert sh.run_cell("%reset -f out", store_history=True).success
+    for names in (sh.user_ns, sh.user_ns_hidden):
+        for name in ("_", "__", "___"):
+            names.pop(name, None)
+    assert sh.run_cell("%%memsnap step=2\ny = torch.ones(2**18)", store_history=True).success
+    one, two = session().intervals
+    assert one.kept == MiB and two.moved == -MiB and two.baseline_allocated == 0  # the value went with Out

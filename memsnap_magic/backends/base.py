@@ -73,6 +73,10 @@ class Backend(ABC):
     def end(self, *, keep: bool) -> None:
         """``keep``: leave recording on (cumulative). Otherwise stop and clear the history."""
 
+    def reach_also(self, value: Any) -> None:
+        """``value`` is live at the interval's end though no name holds it yet: the cell's
+        result, which IPython keeps in ``Out`` only afterwards (the CPU route walks names)."""
+
     def follow(self) -> None:
         """Between the recorded steps of a ``steps=`` loop: keep track of what is allocated and
         freed until the next ``begin``, where the end state alone would not tell (the CPU route).

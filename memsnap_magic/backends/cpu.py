@@ -309,6 +309,10 @@ class CpuBackend(Backend):
             self._watch.see(found, self._carried)
         return snap
 
+    def reach_also(self, value: Any) -> None:
+        if self._namespace is not None and value is not None:
+            self._namespace = {**self._namespace, "<the cell's value>": value}
+
     def follow(self) -> None:
         from torch._C._autograd import _profiler_enabled
 
