@@ -25,7 +25,8 @@ from .schema import MAX_INDEX, SnapshotError, excerpt
 LAYOUT = "<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle"  # where snapshot_path puts a step, in words
 SUFFIXES = (".pickle", ".pkl")
 META_KEY = "memsnap"
-TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"  # a file name's start: never hidden, never ".."
+# a file name's start: never hidden, never ".."; letters and digits of any script (runs/mémoire)
+TAG_PATTERN = r"\w[\w.-]{0,99}"
 MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
 _STEP = re.compile(r"^step(\d{1,9})$")
 _RANK = re.compile(r"(?:^|_)rank(\d{1,9})(?=[_.-]|$)")
@@ -46,7 +47,7 @@ def snapshot_path(out: str | os.PathLike[str], step: int, tag: str, rank: int, r
 
 def run_name(text: str) -> str | None:
     """``text`` made a valid run name (a folder's name: ``runs/before``, ``my run``), or None."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip(".-")[:100]
+    name = re.sub(r"[^\w.-]+", "_", text).lstrip(".-")[:100]
     return name if re.fullmatch(TAG_PATTERN, name) else None
 
 

@@ -381,3 +381,24 @@ def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
     line = next(site for site in records[2]["leak_sites"])
     assert all(line in r["leak_sites"] for r in records)
     assert f"leak site: {line} kept +2.0 MiB per step over steps 1–3" in headline(ivs)  # not the chain's sums
+
+
+def test_runs_and_folders_named_in_any_script_keep_their_names(shell, tmp_path, capsys):
+    shell.run_line_magic("memsnap", "config device=cpu")
+    assert shell.run_cell("%%memsnap step=1 run=mémoire tag=前向\nimport torch\nx = torch.ones(4)").success
+    wait_for_writes()
+    (path,) = (tmp_path / "memsnap" / "mémoire").rglob("*.pickle")
+    assert path.name.startswith("前向_rank0_")
+    folder = tmp_path / "données brutes"
+    (folder / "step1").mkdir(parents=True)
+    (folder / "step1" / path.name).write_bytes(path.read_bytes())
+    shell.run_line_magic("memsnap", f"load '{folder}'")
+    assert "into run 'mémoire'" in capsys.readouterr().out  # the run the file was recorded into
+    data = load_snapshot(path)
+    data.pop("memsnap")
+    dump_snapshot(data, folder / "step2" / "torch_memory_rank0.pickle")
+    shell.run_line_magic("memsnap", f"load '{folder / 'step2'}'")
+    assert "into run 'données_brutes'" in capsys.readouterr().out  # named after its folder
+    for bad in ("../x", ".hidden", "a b", "x\x1b[31m"):
+        with pytest.raises(UsageError, match="run="):
+            shell.run_cell(f"%%memsnap run={bad!r}\npass", store_history=False).raise_error()
