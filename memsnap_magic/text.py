@@ -349,6 +349,10 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         key = (b["size"], frames[:1], reason, bool(b.get("before")), b.get("category"))  # one size, one site
         group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
         group["count"] += 1
+        shared = group["frames"]
+        if frames[: len(shared)] != shared:  # one site reached through different calls: only what they share
+            common = next((n for n, (a, b) in enumerate(zip(shared, frames)) if a != b), min(len(shared), len(frames)))
+            group["frames"], group["varied"] = shared[:common], True
         if b.get("before"):
             step = born_in(b, earlier)
             if step is None:
@@ -368,7 +372,10 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         cells.append(_since(before, group))
         if stacks:
             if frames:
-                cells.append("<br>".join(html.escape(line) for line in frames))
+                lines = [html.escape(line) for line in frames]
+                if group.get("varied"):
+                    lines.append("<i>(reached through different calls)</i>")
+                cells.append("<br>".join(lines))
             else:  # say why once, below the table, instead of on every row
                 cells.append(f"<i>no stack ({'*' * (reasons.index(reason) + 1)})</i>")
         rows.append(

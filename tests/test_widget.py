@@ -379,3 +379,17 @@ def test_one_step_under_two_tags_is_told_apart(session):
     assert [r.split()[3] for r in rows[-2:]] == ["fwd", "bwd"]
     d = Dashboard(session)
     assert [label for label, _ in d.step.options][-2:] == ["4 fwd", "4 bwd"]
+
+
+def test_blocks_of_one_site_reached_through_different_cells_show_only_what_they_share():
+    iv = interval(3, 0, 2 * MiB, 2 * MiB)
+    helper = frame("t", "<ipython-input-1-aa>", 4)
+    iv.top_blocks = [
+        {"size": MiB, "addr": 1, "before": True, "frames": [helper, frame("<module>", "<ipython-input-2-bb>", 2)]},
+        {"size": MiB, "addr": 2, "before": True, "frames": [helper, frame("<module>", "<ipython-input-3-cc>", 2)]},
+    ]
+    table = blocks_table(iv)
+    assert "2 × 1.0 MiB" in table and "t (cell In[1]:4)" in table and "reached through different calls" in table
+    assert "cell In[2]" not in table and "cell In[3]" not in table  # neither caller is named for both
+    iv.top_blocks[1]["frames"] = iv.top_blocks[0]["frames"]
+    assert "cell In[2]:2" in blocks_table(iv) and "different calls" not in blocks_table(iv)
