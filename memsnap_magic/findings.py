@@ -84,7 +84,7 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
     """Each step as the rules read it: as it is, or, where its history went on from the step
     before (that step had ``clear=false``), from that step's end, with only the bytes per site
     it added."""
-    from .session_state import holds
+    from .intervals import holds
 
     out: list[Any] = []
     for n, iv in enumerate(intervals):

@@ -269,3 +269,16 @@ UNREADABLE = (KeyError, TypeError, ValueError, OverflowError)  # what odd values
 def unreadable(path: Path | str, e: BaseException) -> SnapshotError:
     """The one-line error for a file that loaded but whose values the analysis could not read."""
     return SnapshotError(f"{path}: cannot be summarised: {type(e).__name__}: {excerpt(str(e))}")
+
+
+def holds(iv: Interval, prev: Interval) -> bool:
+    """Whether ``iv``'s snapshot holds ``prev``'s entries: a clear=false interval's history goes
+    on into the next one, unless recording stopped in between (``%memsnap off``, a reload): then
+    ``iv``'s events all come after ``prev`` ended."""
+    if prev.clear:
+        return False
+    if iv.end_us is not None and prev.end_us is not None and iv.end_us < prev.end_us:
+        return False  # ``iv`` was recorded first (a lower step run later): it cannot hold ``prev``
+    if iv.time_us is None or prev.end_us is None:  # nothing tells: as the chain says
+        return True
+    return len(iv.time_us) > 0 and int(iv.time_us[0]) <= prev.end_us

@@ -18,7 +18,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .intervals import Interval
+from .intervals import Interval, holds
 from .notice import warn
 from .text import run_label
 
@@ -173,16 +173,3 @@ def _accumulate(iv: Interval, prev: Interval | None) -> None:
     carried = prev.trace_entries if prev is not None and holds(iv, prev) else 0
     iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
     iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
-
-
-def holds(iv: Interval, prev: Interval) -> bool:
-    """Whether ``iv``'s snapshot holds ``prev``'s entries: a clear=false interval's history goes
-    on into the next one, unless recording stopped in between (``%memsnap off``, a reload): then
-    ``iv``'s events all come after ``prev`` ended."""
-    if prev.clear:
-        return False
-    if iv.end_us is not None and prev.end_us is not None and iv.end_us < prev.end_us:
-        return False  # ``iv`` was recorded first (a lower step run later): it cannot hold ``prev``
-    if iv.time_us is None or prev.end_us is None:  # nothing tells: as the chain says
-        return True
-    return len(iv.time_us) > 0 and int(iv.time_us[0]) <= prev.end_us
