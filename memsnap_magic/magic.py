@@ -180,9 +180,9 @@ class MemsnapMagics(Magics):
     def _reset(self, rest: str) -> None:
         stopped = STATE.stop_all()  # a clear=false history left on would carry forgotten steps on
         STATE.session.reset()
-        run = STATE.session.next_step()
+        step = STATE.session.next_step()
         print(
-            f"memsnap: intervals forgotten (files on disk are kept; the next step is {run})"
+            f"memsnap: intervals forgotten (files on disk are kept; the next step is {step})"
             + (f"; stopped recording on {', '.join(stopped)}" if stopped else "")
         )
 

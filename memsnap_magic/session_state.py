@@ -46,7 +46,7 @@ def _stream(iv: Interval) -> tuple[str, int, str]:
 
 class Session:
     """Intervals run by run (in the order runs began), each run in step and rank order (ties in
-    the order added); re-running a step replaces its interval in place within its run."""
+    the order added); re-running a step replaces its interval within its run."""
 
     def __init__(self) -> None:
         self.intervals: list[Interval] = []  # every run's; read it, change it only through add and reset
