@@ -87,10 +87,11 @@ def load_ipython_extension(ipython: Any) -> None:
 def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
-    from .notice import BACKGROUND
-    from .writer import WRITER
+    from .notice import BACKGROUND, blamed_on
+    from .writer import wait_for_writes
 
-    WRITER.wait(where=BACKGROUND)  # a failure here is no line's of the cell about to run
+    with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
+        wait_for_writes()
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -41,27 +41,26 @@ def warn(message: str, stacklevel: int = 2, where: tuple[str, int] | None = None
     place instead of the caller ``stacklevel`` up: for what no line of the user's caused.
     Inside ``blamed_on`` its place is the default."""
     where = where if where is not None else _BLAMED.get()
-    if where is not None:
-        try:
-            warnings.warn_explicit(message, RuntimeWarning, where[0], where[1], module="memsnap_magic", registry={})
-        except Exception:
-            print(f"RuntimeWarning: {message}", file=sys.stderr)
-        return
     try:
-        try:
-            frame = sys._getframe(stacklevel)
-        except ValueError:  # a shallower stack: the outermost frame
-            frame = sys._getframe(0)
-            while frame.f_back is not None:
-                frame = frame.f_back
+        if where is not None:
+            (filename, lineno), module, globals_ = where, "memsnap_magic", None
+        else:
+            try:
+                frame = sys._getframe(stacklevel)
+            except ValueError:  # a shallower stack: the outermost frame
+                frame = sys._getframe(0)
+                while frame.f_back is not None:
+                    frame = frame.f_back
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
+            module, globals_ = frame.f_globals.get("__name__"), frame.f_globals
         warnings.warn_explicit(
             message,
             RuntimeWarning,
-            frame.f_code.co_filename,
-            frame.f_lineno,
-            module=frame.f_globals.get("__name__"),
+            filename,
+            lineno,
+            module=module,
             registry={},  # a fresh one: no memory of having shown this text from there before
-            module_globals=frame.f_globals,
+            module_globals=globals_,
         )
     except Exception:
         print(f"RuntimeWarning: {message}", file=sys.stderr)

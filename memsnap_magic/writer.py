@@ -48,16 +48,15 @@ class Writer:
                 self._thread.start()
         self._queue.put((job, what))
 
-    def wait(self, where: tuple[str, int] | None = None) -> None:
-        """Block until every job handed over is done; warn once about each that failed (from
-        ``where``, else from the caller's caller). Costs nothing when there is nothing to wait
-        for (before every cell, every load)."""
+    def wait(self) -> None:
+        """Block until every job handed over is done; warn once about each that failed.
+        Costs nothing when there is nothing to wait for (before every cell, every load)."""
         if self._thread is not None and self._pid == os.getpid():
             self._queue.join()
         with self._lock:
             failures, self._failures = self._failures, []
         for message in failures:
-            warn(message, stacklevel=3, where=where)
+            warn(message, stacklevel=3)
 
     def _run(self) -> None:
         while True:
