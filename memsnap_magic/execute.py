@@ -79,14 +79,15 @@ class CellCode:
             mode = "none"
         if mode == "all":  # one node at a time, each in single mode: values shown as they come
             return [single(n) for n in nodes], None
-        shown = nodes.pop() if mode in ("last", "last_expr", "last_expr_or_assign") and nodes else None
-        if shown is not None and not isinstance(shown, ast.Expr) and mode != "last":
-            nodes.append(shown)  # last_expr: a last node that is no expression shows nothing
-            shown = None
+        # last: the last node shows its values, whatever it is; last_expr: only an expression does
+        last_expr = bool(nodes) and isinstance(nodes[-1], ast.Expr) and mode != "none"
+        shown = nodes.pop() if nodes and (mode == "last" or last_expr) else None
         execs = [compile_(ast.Module(nodes, []), self.filename, "exec")] if nodes else []
-        if shown is not None and not isinstance(shown, ast.Expr):  # "last": a for or with shows its values
-            return [*execs, single(shown)], None
-        return execs, compile_(ast.Expression(shown.value), self.filename, "eval") if shown is not None else None
+        if shown is None:
+            return execs, None
+        if isinstance(shown, ast.Expr):  # its value is the cell's, displayed by IPython as Out[N]
+            return execs, compile_(ast.Expression(shown.value), self.filename, "eval")
+        return [*execs, single(shown)], None  # "last": a for or with shows the values inside
 
     def run(self) -> Any:
         """Execute in the user's namespace; the final expression's value is returned."""
