@@ -15,6 +15,7 @@ import ast
 import contextlib
 import inspect
 import io
+import sys
 import tokenize
 from typing import Any, Callable
 
@@ -101,6 +102,7 @@ class CellCode:
         except BaseException as e:
             codes = (*self._execs, *((self._eval,) if self._eval is not None else ()))
             _render_from_cell(self.shell, e, self.filename, codes)
+            drop_own_frame(e)
             raise
 
 
@@ -167,20 +169,37 @@ class _BodySyntaxError(SyntaxError):
 _BodySyntaxError.__name__ = _BodySyntaxError.__qualname__ = "SyntaxError"
 
 
+def drop_own_frame(exc: BaseException) -> None:
+    """Take the calling frame (ours, re-raising ``exc`` with a bare ``raise``) off ``exc``'s
+    traceback: a bare ``raise`` does not add it back, so ``sys.last_traceback``, ``%debug`` and
+    the exception groups IPython prints with the standard library never show it."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None and tb.tb_frame is sys._getframe(1):
+        with contextlib.suppress(Exception):  # an exception that refuses the attribute keeps it
+            exc.__traceback__ = tb.tb_next
+
+
 class _CellTraceback:
-    """One-shot ``_render_traceback_``: the traceback from the cell's first frame on.
+    """``_render_traceback_`` for the traceback the cell raised: from the cell's first frame on.
 
     IPython renders an exception through its ``_render_traceback_`` when it has one; this keeps
-    the outer ``run_cell_magic(...)`` line and our frames out of what the user reads.
+    the outer ``run_cell_magic(...)`` line and IPython's frames out of what the user reads, in the
+    cell's output and in ``%tb`` after it. The same exception raised again later (a new traceback)
+    renders as any other.
     """
 
     def __init__(self, shell: Any, filename: str, owner: BaseException, codes: tuple[Any, ...] = ()) -> None:
         self.shell, self.filename, self.owner, self.codes = shell, filename, owner, codes
+        self.shown: Any = None  # the traceback this renders, fixed on the first call
 
     def __call__(self) -> list[str]:
         value = self.owner
-        with contextlib.suppress(AttributeError):
-            del value._render_traceback_
+        if self.shown is None:
+            self.shown = value.__traceback__
+        elif value.__traceback__ is not self.shown:
+            with contextlib.suppress(AttributeError):
+                del value._render_traceback_
+            return self.shell.InteractiveTB.structured_traceback(type(value), value, value.__traceback__)
         if isinstance(value, SyntaxError):
             return self.shell.SyntaxTB.structured_traceback(type(value), value, [])
         tb = self._first(lambda code: code in self.codes) or self._first(lambda code: code.co_filename == self.filename)

@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from . import options
-from .execute import CellCode
+from .execute import CellCode, drop_own_frame
 from .layout import LAYOUT
 from .notice import warn
 from .state import STATE
@@ -86,6 +86,7 @@ class MemsnapMagics(Magics):
             return value
         except BaseException as e:
             error = e
+            drop_own_frame(e)
             raise
         finally:
             recorder.stop(error)

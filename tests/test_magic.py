@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -204,6 +205,31 @@ def test_raising_cell_is_dumped_and_the_exception_reaches_the_user(torch_ns, cap
     # the number beside the cell (IPython 8.0-8.3 print "Input In [N]", later ones "Cell In[N], line L")
     assert re.search(rf"Cell In\[{res.execution_count}\], line 5|Input In \[{res.execution_count}\]", text)
     assert STATE.recording_devices() == []
+
+
+def test_our_frames_stay_out_of_the_traceback_tb_and_exception_groups(torch_ns, capsys):
+    sh = torch_ns
+    res = sh.run_cell("%%memsnap step=1\ndef f():\n    raise ValueError('boom')\nf()", store_history=True)
+    assert isinstance(res.error_in_exec, ValueError)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    ours = [f.filename for f in traceback.extract_tb(sys.last_traceback) if "memsnap_magic" in f.filename]
+    assert ours == []  # %debug and sys.last_traceback see the user's frames and IPython's, none of ours
+    sh.run_cell("%tb")
+    again = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert again.strip() == shown[shown.index("-----") :].strip()  # %tb reads as the cell did
+    if sys.version_info >= (3, 11):  # IPython prints exception groups with the standard library
+        res = sh.run_cell('%%memsnap step=2\nraise ExceptionGroup("grp", [ValueError("a"), TypeError("b")])')
+        assert type(res.error_in_exec).__name__ == "ExceptionGroup"
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert "ExceptionGroup: grp (2 sub-exceptions)" in text and "memsnap_magic" not in text
+    # the same exception raised again in a later cell renders as any other exception
+    sh.user_ns["_e"] = ValueError("later")
+    sh.run_cell("%%memsnap step=3\nraise _e")
+    capsys.readouterr()
+    sh.run_cell("raise _e")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "----> 1 raise _e" in text and "----> 2 raise _e" in text  # the new cell's frame, then the old
 
 
 def test_a_body_named_like_its_cell_still_shows_one_traceback(torch_ns, capsys, monkeypatch):
