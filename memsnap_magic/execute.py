@@ -175,8 +175,7 @@ def drop_own_frame(exc: BaseException) -> None:
     the exception groups IPython prints with the standard library never show it."""
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None and tb.tb_frame is sys._getframe(1):
-        with contextlib.suppress(Exception):  # an exception that refuses the attribute keeps it
-            exc.__traceback__ = tb.tb_next
+        BaseException.with_traceback(exc, tb.tb_next)  # not through a __setattr__ of the exception's
 
 
 class _CellTraceback:
@@ -198,7 +197,7 @@ class _CellTraceback:
             self.shown = value.__traceback__
         elif value.__traceback__ is not self.shown:
             with contextlib.suppress(AttributeError):
-                del value._render_traceback_
+                object.__delattr__(value, "_render_traceback_")
             return self.shell.InteractiveTB.structured_traceback(type(value), value, value.__traceback__)
         if isinstance(value, SyntaxError):
             return self.shell.SyntaxTB.structured_traceback(type(value), value, [])
@@ -220,5 +219,7 @@ class _CellTraceback:
 def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:
     if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
         return  # the exception renders itself (ipyparallel's RemoteError, for one)
-    with contextlib.suppress(Exception):  # an exception that refuses attributes keeps its own traceback
-        exc._render_traceback_ = _CellTraceback(shell, filename, exc, codes)  # type: ignore[attr-defined]
+    # set past the exception's own __setattr__, which may refuse attributes; one without an
+    # instance __dict__ keeps its own traceback
+    with contextlib.suppress(Exception):
+        object.__setattr__(exc, "_render_traceback_", _CellTraceback(shell, filename, exc, codes))

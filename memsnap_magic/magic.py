@@ -77,7 +77,12 @@ class MemsnapMagics(Magics):
             self.shell.user_ns.setdefault("mark", mark)
         recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
         recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
-        if not self._start(recorder):
+        try:
+            started = self._start(recorder)
+        except KeyboardInterrupt as e:  # pressed while we started (importing torch): the cell never ran
+            BaseException.with_traceback(e, None)  # and nothing of ours is left recording
+            raise
+        if not started:
             return code.run()
         error: BaseException | None = None
         try:

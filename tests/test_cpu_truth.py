@@ -331,3 +331,84 @@ def test_accelerator_only_options_are_refused_on_the_cpu(shell):
     with pytest.raises(UsageError, match=r"compile_context=: only accelerators record that"):
         shell.run_cell("%%memsnap device=cpu compile_context=true\nran = 1").raise_error()
     assert "ran" not in shell.user_ns
+
+
+def test_the_walk_never_unpacks_saved_tensors(cpu):
+    # a checkpointed forward is recomputed by its unpack hook: reading the graph must not run it
+    run(
+        cpu,
+        "from torch.utils.checkpoint import checkpoint\n"
+        "bn = torch.nn.BatchNorm1d(4); lin = torch.nn.Linear(4, 4)\n"
+        "x = (torch.randn(8, 4) + 5).requires_grad_()\n"
+        "calls = []\n"
+        "def block(t):\n    calls.append(1)\n    return bn(lin(t))",
+    )
+    run(cpu, "%%memsnap step=1\nout = checkpoint(block, x, use_reentrant=False).sum()")
+    run(cpu, "%%memsnap step=2\nkept = [out]\ndel out")  # a graph no name reaches directly
+    assert cpu.user_ns["calls"] == [1] and int(cpu.user_ns["bn"].num_batches_tracked) == 1
+    # hooks that hand their tensor out once: the user's backward still gets it
+    run(
+        cpu,
+        "store = {}\n"
+        "def pack(t):\n    store[len(store)] = t\n    return len(store) - 1\n"
+        "def unpack(k):\n    return store.pop(k)",
+    )
+    run(
+        cpu,
+        "%%memsnap step=3\nwith torch.autograd.graph.saved_tensors_hooks(pack, unpack):\n"
+        "    loss = (x * 3).sin().sum()\nlosses = [loss]\ndel loss",
+    )
+    run(cpu, "%%memsnap step=4\ny = torch.ones(16)")
+    run(cpu, "losses[0].backward()")
+    assert cpu.user_ns["x"].grad is not None
+
+
+def test_the_walk_runs_none_of_the_users_code(cpu):
+    run(
+        cpu,
+        "calls = []\n"
+        "class Proxy:\n    __slots__ = ('t',)\n"
+        "    def __init__(self): self.t = torch.ones(8)\n"
+        "    def __getattr__(self, name):\n        calls.append('getattr ' + name); raise AttributeError(name)\n"
+        "class D(dict):\n    def values(self):\n        calls.append('values'); return super().values()\n"
+        "class L(list):\n    def __iter__(self):\n        calls.append('iter'); return super().__iter__()\n"
+        "class Prop:\n    @property\n    def __dict__(self):\n        calls.append('prop __dict__'); return {}\n"
+        "class T(torch.Tensor):\n    @classmethod\n"
+        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        calls.append('torch_function')\n"
+        "        return super().__torch_function__(func, types, args, kwargs or {})\n"
+        "p, d, l, q = Proxy(), D(a=torch.ones(4)), L([torch.ones(4)]), Prop()\n"
+        "t = torch.ones(1024).as_subclass(T)\n"
+        "calls.clear()",
+    )
+    run(cpu, "%%memsnap step=1\npass")
+    assert cpu.user_ns["calls"] == []
+    # and what the containers hold is still found: the start holds their tensors
+    assert session().intervals[0].baseline_allocated >= 4096 + 16 + 16
+
+
+def test_a_profile_hook_of_the_users_keeps_running(cpu):
+    run(
+        cpu,
+        "import sys\nseen = []\n"
+        "def hook(frame, event, arg):\n    if event == 'call' and frame.f_code.co_name == 'mine': seen.append(1)\n"
+        "def mine(): return torch.ones(4)",
+    )
+    run(cpu, "sys.setprofile(hook)")
+    with pytest.warns(RuntimeWarning, match=r"profile hook is on \(sys.setprofile: hook\)"):
+        run(cpu, "%%memsnap step=1\nmine()")
+    run(cpu, "sys.setprofile(None); after = sys.getprofile()")
+    assert cpu.user_ns["seen"] == [1] and cpu.user_ns["after"] is None
+    assert session().intervals[0].path is not None
+    # one set inside the cell outlives the tracer's end, as it would without the magic
+    run(cpu, "%%memsnap step=2\nsys.setprofile(hook)")
+    run(cpu, "kept = sys.getprofile(); sys.setprofile(None)")
+    assert cpu.user_ns["kept"] is cpu.user_ns["hook"]
+
+
+def test_a_chained_cells_value_does_not_keep_the_namespace_alive(cpu):
+    run(cpu, "import weakref, gc")
+    run(cpu, "%%memsnap step=1 clear=false\nbig = torch.empty(2**20, dtype=torch.uint8); rb = weakref.ref(big)\n1")
+    run(cpu, "del big; gc.collect(); gone = rb() is None")
+    assert cpu.user_ns["gone"]
+    run(cpu, "%memsnap off")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -269,7 +270,7 @@ def test_config_defaults_can_be_unset_and_conflicts_are_usage_errors(shell):
     assert session().last.step == 5 and session().last.tag == "fwd"
 
 
-def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell):
+def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell, capsys):
     res = shell.run_cell(
         "class Sticky(Exception):\n"
         "    def __setattr__(self, name, value):\n"
@@ -280,6 +281,22 @@ def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell):
     res = shell.run_cell("%%memsnap device=cpu\nboom()")
     assert type(res.error_in_exec).__name__ == "Sticky" and str(res.error_in_exec) == "mine"
     assert session().intervals[0].error == "Sticky"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "Sticky: mine" in text and "run_cell_magic" not in text and "skipping hidden" not in text
+
+
+def test_an_interrupt_while_recording_starts_shows_none_of_our_frames(shell, monkeypatch, capsys):
+    from memsnap_magic.recorder import Recorder
+
+    def interrupted(self):
+        raise KeyboardInterrupt  # as a Ctrl-C while the first cell imports torch
+
+    monkeypatch.setattr(Recorder, "_start", interrupted)
+    res = shell.run_cell("%%memsnap device=cpu\nran = 1")
+    assert isinstance(res.error_in_exec, KeyboardInterrupt) and "ran" not in shell.user_ns
+    out = capsys.readouterr()
+    assert "KeyboardInterrupt" in out.out + out.err and "memsnap_magic" not in out.out + out.err
+    assert STATE.recording_devices() == []
 
 
 @pytest.mark.parametrize(

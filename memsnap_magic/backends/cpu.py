@@ -19,6 +19,7 @@ Tensors reachable only from elsewhere (closures, autograd graphs of unnamed resu
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -101,7 +102,10 @@ class _Profiler:
         self.running = False
         if not _profiler_enabled() or public_profiler_running():
             return None
+        hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
         result = _disable_profiler()
+        if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
+            sys.setprofile(hook)
         with no_gc():  # the tree is an object per event: collections while building it walk them all
             roots = result.experimental_event_tree()
         # The session's own buffers (~0.5 KB an event) are freed later, unless it grew the
@@ -165,6 +169,22 @@ def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[
     return job
 
 
+def _profile_hook_on() -> bool:
+    """Whether a ``sys.setprofile`` hook of someone else's is on (a profiler, a tracer): PyTorch's
+    Python tracer would take its place for the cell and remove it after, so the cell records
+    without stacks instead, and says so once."""
+    hook = sys.getprofile()
+    if hook is None:
+        return False
+    name = getattr(hook, "__qualname__", None) or type(hook).__qualname__
+    STATE.warn_once(
+        "profile-hook",
+        f"memsnap: a Python profile hook is on (sys.setprofile: {name}); the CPU route records "
+        "without Python stacks while it is, so that it keeps running through the cell",
+    )
+    return True
+
+
 def public_profiler_running() -> bool:
     """Whether a ``torch.profiler``/``torch.autograd.profiler`` session of the user's is on."""
     import torch.autograd.profiler as autograd_profiler
@@ -213,6 +233,7 @@ class CpuBackend(Backend):
         self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
+        self._also: Any = None  # the cell's value, until the snapshot has walked it
         self._max_entries = DEFAULTS.max_entries
 
     @property
@@ -272,8 +293,9 @@ class CpuBackend(Backend):
         self._watch.see(found, walked)
         self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
         frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
-        self._history = History(self._max_entries, self._live_start, frames=self._stacks, start_frames=frames)
-        self._profiler.start(stacks=self._stacks)
+        stacks = self._stacks and not _profile_hook_on()
+        self._history = History(self._max_entries, self._live_start, frames=stacks, start_frames=frames)
+        self._profiler.start(stacks=stacks)
         self._open = True
 
     def snapshot(self) -> dict[str, Any]:
@@ -288,7 +310,8 @@ class CpuBackend(Backend):
                 self._profiler.events_read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
-        walked = live_storages(self._namespace, storages=found) if self._namespace is not None else {}
+        roots, self._also = self._roots(), None
+        walked = live_storages(roots, storages=found) if roots is not None else {}
         # The start's blocks the walk does not reach now are live unless their storage is gone:
         # freed during the interval, unreported when allocated while nothing recorded.
         hidden = {p: n for p, n in self._live_start.items() if p not in walked}
@@ -302,16 +325,22 @@ class CpuBackend(Backend):
         self._watch.forget(self._history.tables.last)
         self._watch.see(found, self._carried)
         self._watch.keep_only(self._carried)
-        if self._namespace is not None and not self._watch.covers(self._carried):
+        if roots is not None and not self._watch.covers(self._carried):
             # blocks no name reaches: an autograd graph kept alive (a loss in a list) may hold them
             found = {}
-            live_storages(self._namespace, storages=found, graphs=True)
+            live_storages(roots, storages=found, graphs=True)
             self._watch.see(found, self._carried)
         return snap
 
     def reach_also(self, value: Any) -> None:
-        if self._namespace is not None and value is not None:
-            self._namespace = {**self._namespace, "<the cell's value>": value}
+        self._also = value  # walked with the namespace by the next snapshot, then let go
+
+    def _roots(self) -> dict[str, Any] | None:
+        """What the end's walk starts from: the namespace (the user's own dict, never a copy that
+        would keep its objects alive) and the cell's value, which IPython stores only after us."""
+        if self._namespace is None or self._also is None:
+            return self._namespace
+        return {**self._namespace, "<the cell's value>": self._also}
 
     def follow(self) -> None:
         from torch._C._autograd import _profiler_enabled
@@ -327,6 +356,7 @@ class CpuBackend(Backend):
     def end(self, *, keep: bool) -> None:
         from torch._C._autograd import _profiler_enabled
 
+        self._also = None
         if self._gap and not keep:
             self._close_gap()
         if self._open and keep:  # a clear=false chain goes on recording between cells

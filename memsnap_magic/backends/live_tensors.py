@@ -7,10 +7,12 @@ and object attributes a few levels deep (a few ms, unlike a full ``gc.get_object
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 from collections.abc import Container, Iterable
 from itertools import chain, islice
-from types import FunctionType, ModuleType
+from types import FunctionType, GetSetDescriptorType, ModuleType
 from typing import Any
 
 _WALK_DEPTH = 4
@@ -47,8 +49,29 @@ def live_storages(
     storage objects by address (for ``Watch.see``). ``graphs``: also the tensors the autograd
     graph of each tensor found holds for its backward (a loss kept in a list holds its forward's
     activations), each node charged to ``limit`` too.
+
+    The walk runs none of the user's code: containers are read through the built-in types'
+    own methods (a subclass's ``values`` or ``__iter__`` is not called), an object's attributes
+    only through a plain instance ``__dict__``, tensor subclasses with their
+    ``__torch_function__`` off, and saved tensors never unpacked (an unpack hook may recompute
+    a checkpointed forward, or hand its tensor out once).
     """
     import torch
+
+    with _no_torch_function():
+        return _walk(torch, roots, depth, limit, storages, graphs)
+
+
+def _no_torch_function() -> Any:
+    import torch
+
+    off = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+    return off() if off is not None else contextlib.nullcontext()
+
+
+def _walk(
+    torch: Any, roots: Any, depth: int, limit: int, storages: dict[int, Any] | None, graphs: bool
+) -> dict[int, int]:
 
     found: dict[int, int] = {}
     seen: set[int] = set()
@@ -98,19 +121,21 @@ def live_storages(
             elif issubclass(kind, torch.nn.Module):
                 visit_all(chain(obj.parameters(), obj.buffers()), 0)
             elif issubclass(kind, torch.optim.Optimizer):
-                visit_all(obj.state.values(), 1)
+                state = obj.state
+                if isinstance(state, dict):
+                    visit_all(dict.values(state), 1)
             elif level <= 0:
                 return
             elif issubclass(kind, dict):
-                visit_all(obj.values(), level - 1)
+                visit_all(dict.values(obj), level - 1)
             elif issubclass(kind, (list, tuple, set, frozenset)):
-                visit_all(obj, level - 1)
+                visit_all(_builtin_iter(kind)(obj), level - 1)
             elif kind.__module__.partition(".")[0] in _MACHINERY:
                 return
-            else:
-                attrs = obj.__dict__ if hasattr(obj, "__dict__") else None
+            elif _plain_dict(kind):
+                attrs = object.__getattribute__(obj, "__dict__")
                 if type(attrs) is dict:
-                    visit_all(attrs.values(), level - 1)
+                    visit_all(dict.values(attrs), level - 1)
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: not a tensor we can read
             return
 
@@ -127,9 +152,31 @@ def live_storages(
     return found
 
 
+def _builtin_iter(kind: type) -> Any:
+    """The iterator of the built-in container ``kind`` derives from, not an override's."""
+    return next(base.__iter__ for base in (list, tuple, set, frozenset) if issubclass(kind, base))
+
+
+_PLAIN_DICT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _plain_dict(kind: type) -> bool:
+    """Whether instances of ``kind`` keep their attributes in an ordinary ``__dict__`` slot, read
+    without running a property or ``__getattr__`` of theirs."""
+    plain = _PLAIN_DICT.get(kind)
+    if plain is None:
+        found = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
+        plain = type(found) is GetSetDescriptorType and getattr(found, "__name__", None) == "__dict__"
+        with contextlib.suppress(TypeError):  # a type that takes no weak reference is asked again
+            _PLAIN_DICT[kind] = plain
+    return plain
+
+
 def _saved(node: Any) -> list[Any]:
     """The tensors an autograd node holds for its backward (none once a backward freed them),
-    and the leaf of an ``AccumulateGrad``."""
+    and the leaf of an ``AccumulateGrad``. Read as stored, never unpacked: with saved-tensor
+    hooks on, what is stored is what the pack hook returned (a tensor, or tensors in a tuple,
+    are counted; a checkpoint's handle holds none)."""
     import torch
 
     found = []
@@ -138,15 +185,21 @@ def _saved(node: Any) -> list[Any]:
             value = getattr(node, name)
         except Exception:  # freed by a backward already
             continue
-        for item in value if type(value) in (list, tuple) else (value,):
-            if isinstance(item, torch.Tensor):
-                found.append(item)
+        for raw in value if type(value) in (list, tuple) else (value,):
+            stored = raw if isinstance(raw, torch.Tensor) else getattr(raw, "data", None)  # a SavedTensor's
+            for item in stored if type(stored) in (list, tuple) else (stored,):
+                if isinstance(item, torch.Tensor):
+                    found.append(item)
     return found
 
 
 @functools.cache
 def _saved_names(kind: type) -> tuple[str, ...]:
-    return (*(a for a in dir(kind) if a.startswith("_saved_")), *(("variable",) if hasattr(kind, "variable") else ()))
+    """``_raw_saved_*`` (``_saved_*`` would unpack) and ``AccumulateGrad``'s ``variable``."""
+    return (
+        *(a for a in dir(kind) if a.startswith("_raw_saved_")),
+        *(("variable",) if hasattr(kind, "variable") else ()),
+    )
 
 
 class Watch:
