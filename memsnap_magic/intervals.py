@@ -45,6 +45,9 @@ class Interval(Figures):
     overflowed: bool = False
     context: str = DEFAULTS.context  # which events carried stacks when it was recorded
     incomplete: str | None = None  # why the snapshot holds less than the interval did
+    # bytes live at the start that were freed at a time nothing reported (CPU): counted to the
+    # end, so the peak is an upper bound by at most this much
+    freed_unseen: int | None = None
     moved: int | None = None  # start minus the end of the interval recorded before it on this device
     moved_since: int | None = None  # that interval's step
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
@@ -171,6 +174,7 @@ def interval_from_digest(
         overflowed=meta.max_entries is not None and d["trace_entries"] >= meta.max_entries,
         context=_first(meta.context, DEFAULTS.context),
         incomplete=meta.incomplete,
+        freed_unseen=meta.freed_unseen,
         usage_start=meta.usage_start,
         usage_end=meta.usage_end,
         end_us=meta.end_us,

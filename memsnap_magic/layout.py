@@ -104,6 +104,8 @@ class Meta:
     run: str | None = None  # the named run it was recorded into (run=...); None: the session's own
     usage_start: dict[str, int] | None = None  # Backend.usage() at the interval's start and end
     usage_end: dict[str, int] | None = None
+    # bytes of blocks from before recording began whose free no event dates: counted to the end
+    freed_unseen: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +188,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "run": _name(TAG_PATTERN, "a run name of letters, digits, _ . -"),
     "usage_start": _usage,
     "usage_end": _usage,
+    "freed_unseen": _count(1 << 62),
 }
 
 

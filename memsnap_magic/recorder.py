@@ -371,6 +371,7 @@ class Recorder:
             context=o.context if backend.records_stacks else "none",
             max_entries=o.max_entries,
             incomplete=backend.incomplete,
+            freed_unseen=backend.freed_unseen or None,
             run=o.run,
             usage_start=self._usage,
             usage_end=usage,

@@ -70,6 +70,8 @@ def describe(iv: Interval, replaced: Interval | None = None) -> str:
         parts.append(f"out of memory asking for {fmt_bytes(iv.oom['requested'])}")
     if iv.incomplete:
         parts.append(f"incomplete: {iv.incomplete}")
+    if iv.freed_unseen:
+        parts.append(f"peak may count {fmt_bytes(iv.freed_unseen)} freed unseen")
     if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
         parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
     if replaced is not None:
@@ -262,6 +264,12 @@ def caveats(iv: Interval) -> list[str]:
         )
     if iv.incomplete:
         said.append(f"incomplete: {iv.incomplete}")
+    if iv.freed_unseen:
+        said.append(
+            f"{fmt_bytes(iv.freed_unseen)} allocated before recording began was freed at a moment nothing "
+            "reported (no allocation reused it and its storage was not seen dying): it is counted until the "
+            "step's end, so the peak is an upper bound, at most that much too high"
+        )
     if iv.moved:
         said.append(
             f"the start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended"

@@ -33,26 +33,52 @@ def test_events_become_a_memory_viz_shaped_snapshot():
     assert (s.baseline_allocated, s.peak_allocated, s.end_allocated) == (0, 150, 50)
 
 
+A, B, C, D = 0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000  # far enough apart for MiB blocks
+
+
 def test_baseline_from_live_storages_and_silent_frees():
-    # 0xA lived before and survives; 0xB lived before and was freed without a report (gone at
-    # the end); 0xC lived before, was freed silently and its address reused by a new block.
-    start = {0xA: 10 * MiB, 0xB: 4 * MiB, 0xC: 2 * MiB}
-    end = {0xA: 10 * MiB, 0xC: 1 * MiB, 0xD: MiB}
-    events = [(1000, 0xD, MiB), (2000, 0xC, MiB)]
+    # A lived before and survives; B lived before and was freed without a report (gone at the
+    # end); C lived before, was freed silently and its address reused by a new block.
+    start = {A: 10 * MiB, B: 4 * MiB, C: 2 * MiB}
+    end = {A: 10 * MiB, C: 1 * MiB, D: MiB}
+    events = [(1000, D, MiB), (2000, C, MiB)]
     snap = build_snapshot(events, start, end, end_us=9, max_entries=1000)
     actions = [(e["action"], e["addr"]) for e in snap["device_traces"][0] if not e["action"].startswith("segment")]
     assert actions == [
-        ("alloc", 0xD),
-        ("free_requested", 0xC),
-        ("free_completed", 0xC),
-        ("alloc", 0xC),
-        ("free_requested", 0xB),
-        ("free_completed", 0xB),
+        ("alloc", D),
+        ("free_requested", C),
+        ("free_completed", C),
+        ("alloc", C),
+        ("free_requested", B),
+        ("free_completed", B),
     ]
     s = summarize(snap)
     assert s.baseline_allocated == 16 * MiB
     assert s.end_allocated == 12 * MiB
-    assert s.peak_allocated == 17 * MiB  # 0xB's free has no time: placed at the end, an upper bound
+    assert s.peak_allocated == 17 * MiB  # B's free has no time: placed at the end, an upper bound
+
+
+def test_a_silent_free_goes_before_the_first_reuse_of_any_of_its_bytes_or_when_it_died():
+    from memsnap_magic.backends.cpu_history import History
+
+    # B is reused from its middle, C by an allocation spanning it and D's start; A died at 2500 ns
+    start = {A: MiB, B: MiB, C: 64, C + 64: 64}
+    events = [(1000, D, 8), (2000, B + 4096, 128), (3000, C - 8, 200), (4000, D + 64, 8)]
+    history = History(1000, start)
+    history.add_events(events)
+    snap = history.snapshot({}, end_us=9, max_entries=1000, died={A: 2500, C: 3500})
+    frees = [(e["addr"], e["time_us"]) for e in snap["device_traces"][0] if e["action"] == "free_completed"]
+    # B before its reuse at 2000; A when it died; both C blocks before the spanning allocation
+    # (which comes before C's death); the end is never needed
+    assert frees == [(B, 2), (A, 2), (C, 3), (C + 64, 3)] and history.freed_unseen == 0
+    s = summarize(snap)
+    assert s.peak_allocated == s.baseline_allocated + 8 and s.end_allocated == 8 + 128 + 200 + 8
+    # a ring that dropped the older events: a block that died before the window is no entry of it
+    history = History(2, start)
+    history.add_events(events)
+    snap = history.snapshot({}, end_us=9, max_entries=2, died={A: 1500})
+    trace = snap["device_traces"][0]
+    assert A not in {e["addr"] for e in trace}
 
 
 def test_reported_free_of_an_old_block_is_not_doubled():
@@ -267,6 +293,60 @@ def test_every_state_of_a_cpu_dump_is_one_the_viewer_can_draw(moves, live_start,
         touched.add(ptr)
     live_end = {p: live_start.get(p, 1) for p in end_keys}
     snap = build_snapshot(events, live_start, live_end, 99_000, newest)
+    replay_backwards(snap, 0)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12), st.booleans()), max_size=40),
+    st.lists(st.integers(1, 12), min_size=1, max_size=5),
+    st.integers(1, 80),
+    st.data(),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_replay_never_has_two_live_blocks_overlap(moves, start_sizes, newest, data):
+    # blocks made before recording, freed unreported; their bytes handed out again at any offset
+    from memory_viz import replay_backwards
+
+    from memsnap_magic.backends.cpu_history import History
+
+    start, at = {}, 0
+    for size in start_sizes:
+        start[at] = size
+        at += size + data.draw(st.integers(0, 4))
+    live = dict(start)
+    events, died = [], {}
+    for i, (addr, size, free) in enumerate(moves):
+        if free and live:
+            ptr = data.draw(st.sampled_from(sorted(live)))
+            if ptr in start and live[ptr] == start[ptr] and ptr not in {e[1] for e in events}:
+                died[ptr] = 1000 * i + 500  # a start block: its free is no event, its death is seen
+                del live[ptr]
+            else:
+                events.append((1000 * i, ptr, -live.pop(ptr)))
+            continue
+        overlapping = [p for p, n in live.items() if p < addr + size and addr < p + n]
+        if all(p in start and p not in {e[1] for e in events} for p in overlapping):
+            for p in overlapping:  # freed unseen and undated: only the reuse dates it
+                del live[p]
+            live[addr] = size
+            events.append((1000 * i, addr, size))
+    history = History(newest, start)
+    history.add_events(events)
+    snap = history.snapshot(dict(live), 99_000, newest, died=died)
+    current: dict[int, int] = {}
+    blocks = {b["address"]: b["size"] for seg in snap["segments"] for b in seg["blocks"]}
+    for e in reversed(snap["device_traces"][0]):  # undo to the window's start, as the viewer does
+        if e["action"] == "alloc":
+            del blocks[e["addr"]]
+        elif e["action"] == "free_completed":
+            blocks[e["addr"]] = e["size"]
+    current = blocks
+    for e in snap["device_traces"][0]:
+        if e["action"] == "alloc":
+            assert all(not (p < e["addr"] + e["size"] and e["addr"] < p + n) for p, n in current.items())
+            current[e["addr"]] = e["size"]
+        elif e["action"] == "free_completed":
+            del current[e["addr"]]
     replay_backwards(snap, 0)
 
 

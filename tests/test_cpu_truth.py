@@ -412,3 +412,37 @@ def test_a_chained_cells_value_does_not_keep_the_namespace_alive(cpu):
     run(cpu, "del big; gc.collect(); gone = rb() is None")
     assert cpu.user_ns["gone"]
     run(cpu, "%memsnap off")
+
+
+def test_the_first_recorded_step_frees_what_was_made_before_recording_when_it_died(cpu):
+    # gradients from an unrecorded warm-up step: the profiler never reports their frees
+    run(
+        cpu,
+        "model = torch.nn.Linear(1024, 1024); opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "x = torch.randn(8, 1024)\n"
+        "def train_step():\n    opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+        "train_step()",
+    )
+    for step in (1, 2, 3):
+        run(cpu, f"%%memsnap step={step}\ntrain_step()")
+    one, two, three = session().intervals
+    assert one.peak_increase == two.peak_increase == three.peak_increase < 64 * 1024
+    assert one.freed_unseen is None and one.kept == 0
+    run(cpu, f"t = torch.ones({MiB})")  # made unrecorded, freed inside the next recorded cell
+    run(cpu, f"%%memsnap step=4\ndel t\nu = torch.ones({3 * MiB // 4})")
+    four = session().intervals[-1]
+    assert four.peak_increase == 0 and four.kept == -MiB
+
+
+def test_a_free_no_event_dates_makes_the_peak_a_stated_bound(cpu):
+    from memsnap_magic.text import caveats, describe
+
+    run(cpu, f"t = torch.ones({MiB})")
+    run(cpu, f"%%memsnap step=1\nt.resize_({4 * MiB})")  # the storage lives on; its old block is gone
+    (one,) = session().intervals
+    assert one.freed_unseen == 4 * MiB and one.kept == 12 * MiB
+    assert "peak may count 4.0 MiB freed unseen" in describe(one)
+    assert any("the peak is an upper bound" in c for c in caveats(one))
+    wait_for_writes()
+    with open(one.path, "rb") as f:
+        assert pickle.load(f)["memsnap"]["freed_unseen"] == 4 * MiB

@@ -32,6 +32,7 @@ class Backend(ABC):
     device: str  # "cpu", "cuda:0", ...
     recording: bool
     incomplete: str | None = None  # set by snapshot(): why it holds less than the interval did
+    freed_unseen = 0  # set by snapshot(): bytes live at the start freed at a time no event gives
 
     # The device family, for resolving ``device=``: ``kind`` is the registry's key.
     @classmethod

@@ -11,17 +11,20 @@ What the profiler cannot see is corrected from the tensors reachable from the us
 walked at the interval's start and end (a few ms, unlike a full ``gc.get_objects()`` walk):
 - they form the baseline (blocks live at the start), which the profiler never saw allocated;
 - one of them gone at the end was freed silently (the allocator reports no free for blocks
-  allocated while profiling was off). Its free is placed just before the first allocation that
-  reuses its address, else at the interval's end, so the peak is an upper bound in that case.
+  allocated while profiling was off). Its free is placed when its storage died (a weak
+  reference's callback, on the profiler's clock), or just before the first allocation reusing
+  any of its bytes, else at the interval's end: the peak is then an upper bound, and says so.
 Tensors reachable only from elsewhere (closures, autograd graphs of unnamed results) stay invisible.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..options import DEFAULTS
@@ -169,6 +172,16 @@ def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[
     return job
 
 
+def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
+    """Weak references calling ``died(address)`` when each storage is freed: a storage's Python
+    object lives exactly as long as the storage once made, so its death is the block's free."""
+    refs = []
+    for ptr, storage in storages.items():
+        with contextlib.suppress(TypeError):
+            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))
+    return refs
+
+
 def _profile_hook_on() -> bool:
     """Whether a ``sys.setprofile`` hook of someone else's is on (a profiler, a tracer): PyTorch's
     Python tracer would take its place for the cell and remove it after, so the cell records
@@ -234,6 +247,10 @@ class CpuBackend(Backend):
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._also: Any = None  # the cell's value, until the snapshot has walked it
+        # When the start's storages died (address -> time_ns), by weak-reference callbacks: the
+        # profiler reports no free of a block allocated while it was off.
+        self._died: dict[int, int] = {}
+        self._dying: list[Any] = []
         self._max_entries = DEFAULTS.max_entries
 
     @property
@@ -291,6 +308,7 @@ class CpuBackend(Backend):
             del hidden[ptr], self._carried[ptr]
             self._carried_frames.pop(ptr, None)
         self._watch.see(found, walked)
+        self._died, self._dying = {}, _when_freed(found, self._died_into)
         self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
         frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
         stacks = self._stacks and not _profile_hook_on()
@@ -317,7 +335,8 @@ class CpuBackend(Backend):
         hidden = {p: n for p, n in self._live_start.items() if p not in walked}
         gone = self._watch.gone(hidden)
         live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
-        snap = self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries)
+        snap = self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries, died=self._died)
+        self.freed_unseen = self._history.freed_unseen
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
         self._carried = {b["address"]: b["requested_size"] for b in blocks}
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
@@ -331,6 +350,9 @@ class CpuBackend(Backend):
             live_storages(roots, storages=found, graphs=True)
             self._watch.see(found, self._carried)
         return snap
+
+    def _died_into(self, ptr: int) -> None:
+        self._died[ptr] = time.time_ns()  # the profiler's events are stamped on this clock
 
     def reach_also(self, value: Any) -> None:
         self._also = value  # walked with the namespace by the next snapshot, then let go
@@ -370,6 +392,7 @@ class CpuBackend(Backend):
             self._history = History(0, {})
             self._live_start = {}
             self._namespace = None
+            self._dying, self._died = [], {}
         if not self.recording:
             self._profiler.release()
 

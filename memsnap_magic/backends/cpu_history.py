@@ -81,6 +81,7 @@ class History:
         self.window: deque[tuple[int, int, int]] = deque(maxlen=newest)  # (time_ns, ptr, size), newest
         # With the profiler's Python tracer on: each allocation's stack (see ``_Stacks``).
         self.stacks = _Stacks(start_frames or {}) if frames else None
+        self.freed_unseen = 0  # bytes of start blocks the last snapshot could only free at its end
 
     @property
     def count(self) -> int:
@@ -129,11 +130,17 @@ class History:
 
     @no_gc()
     def snapshot(
-        self, live_end: dict[int, int], end_us: int, max_entries: int, segment_events: bool = True
+        self,
+        live_end: dict[int, int],
+        end_us: int,
+        max_entries: int,
+        segment_events: bool = True,
+        died: dict[int, int] | None = None,
     ) -> dict[str, Any]:
         """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
 
-        ``live_end``: the namespace's tensors when the interval ended. ``segment_events``: each
+        ``live_end``: the namespace's tensors when the interval ended; ``died``: when start blocks
+        whose frees the profiler does not report died (address -> time_ns). ``segment_events``: each
         block is its own segment (the CPU allocator has none), so an allocation is preceded by its
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
@@ -145,10 +152,14 @@ class History:
         silent = {
             p: n for p, n in live_start.items() if t.first.get(p, 0) > 0 or (p not in t.first and p not in live_end)
         }
-        # The free of a silent block goes just before the first allocation at its address; only
-        # those inside the window are entries (the trace keeps its newest part, like PyTorch's ring).
+        # The free of a silent block goes just before the first allocation that reuses any of its
+        # bytes (two live blocks never overlap); only those inside the window are entries (the trace
+        # keeps its newest part, like PyTorch's ring).
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
+        before, gone_earlier = _silent_frees(pending, self.window, window_start, died or {})
+        for ptr in gone_earlier:
+            del pending[ptr]
         # A start block's reported free can carry a stale size (the allocator's table remembers the
         # size of an earlier block at that address when this one was allocated unrecorded): the
         # size a walk read from the tensor stands.
@@ -162,11 +173,11 @@ class History:
         add = trace.append  # entries written out here, not by helpers: a call per entry was half the build
         for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
             t_us = t_ns // 1000
+            if before and index in before:
+                for gone, gone_size, gone_us in before.pop(index):
+                    del pending[gone]
+                    trace += free_entries(gone, gone_size, gone_us)
             if size > 0:
-                if pending:
-                    gone = pending.pop(ptr, None)
-                    if gone is not None:
-                        trace += free_entries(ptr, gone, t_us)
                 alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
                 if segment_events:
                     segment = {"action": "segment_alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
@@ -185,7 +196,12 @@ class History:
                 add({"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
                 if segment_events:
                     add({"action": "segment_free", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
-        for ptr, size in pending.items():  # never allocated again: freed at the end, at the latest
+        for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
+            del pending[gone]
+            trace += free_entries(gone, gone_size, gone_us)
+        # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
+        self.freed_unseen = sum(pending.values())
+        for ptr, size in pending.items():
             trace += free_entries(ptr, size, end_us)
         blocks = {p: s for p, s in t.last.items() if s > 0}
         carried = set()
@@ -201,6 +217,53 @@ class History:
             "device_traces": [trace[-max_entries:]],
             "allocator_settings": {},
         }
+
+
+def _silent_frees(
+    blocks: dict[int, int], window: deque[tuple[int, int, int]], window_start: int, died: dict[int, int]
+) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
+    """Where the unreported free of each of ``blocks`` (live before the interval, allocated while
+    nothing recorded) goes: ``{event index: [(address, bytes, time_us), ...]}``, each placed just
+    before that event (an index past the window: after its last event), and the blocks freed
+    before a window that dropped older events. A block's free is at the latest the first
+    allocation reusing any of its bytes (two live blocks never overlap), and exactly when its
+    storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
+    if not blocks:
+        return {}, set()
+    import numpy as np
+
+    events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
+    times = events[:, 0]
+    allocs = np.flatnonzero(events[:, 2] > 0)
+    q, m = events[allocs, 1], events[allocs, 2]
+    starts = np.array(sorted(blocks), dtype=np.int64)
+    ends = starts + np.array([blocks[p] for p in sorted(blocks)], dtype=np.int64)
+    never = np.iinfo(np.int64).max
+    first = np.full(len(starts), never)
+    last = np.searchsorted(starts, q + m, side="left") - 1  # the last block starting before each allocation ends
+    for back in range(len(starts)):  # an allocation spanning several freed blocks reuses each
+        cand = last - back
+        hit = cand >= 0
+        hit[hit] &= ends[cand[hit]] > q[hit]
+        if not hit.any():
+            break
+        np.minimum.at(first, cand[hit], allocs[hit])
+    placed: dict[int, list[tuple[int, int, int]]] = {}
+    before_window: set[int] = set()
+    for i, ptr in enumerate(starts.tolist()):
+        reused = int(first[i])
+        at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
+        death = died.get(ptr)
+        if death is not None:
+            index = int(np.searchsorted(times, death, side="right"))
+            if index == 0 and window_start > 0:  # freed before the window's first event
+                before_window.add(ptr)
+                continue
+            if index <= at:
+                at, t_ns = index, death
+        if t_ns is not None:
+            placed.setdefault(at + window_start, []).append((ptr, blocks[ptr], t_ns // 1000))
+    return placed, before_window
 
 
 def _other_devices_may_allocate() -> bool:
