@@ -99,11 +99,13 @@ def totals(pairs: list[tuple[Any, int]]) -> dict[str, int] | None:
     """Bytes per category of ``(category, bytes)`` pairs, in ``ORDER`` then the largest other
     names (at most ``OTHER_NAMES``; the rest count as ``unknown``); None when no pair has a
     category (a file nobody labelled). A name that is not text counts as ``unknown``."""
-    sums: dict[Any, int] = {}
+    sums: dict[str | None, int] = {}
     labelled = False
     for category, size in pairs:
         labelled = labelled or category is not None
-        sums[category] = sums.get(category, 0) + size
+        # only text is hashed: a file's deep tuple or colliding ints would cost a crash or minutes
+        key = category if type(category) is str or category is None else ""
+        sums[key] = sums.get(key, 0) + size
     if not labelled:
         return None
     named: dict[str, int] = {}

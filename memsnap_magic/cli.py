@@ -16,6 +16,7 @@ missing paths, bad options).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -294,6 +295,9 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal gets \xb1 for ±, not a traceback
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         return _run(args)

@@ -18,7 +18,7 @@ from .categories import category_name, totals
 from .figures import Figures
 from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
-from .readable import plain_frames, site
+from .readable import Kinds, plain_frames, site
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
 
@@ -196,11 +196,12 @@ def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
     """[site, bytes, blocks] of ``blocks``, largest first, the ``SITES`` largest."""
     sites: dict[str, list[Any]] = {}
     named: dict[int, str] = {}  # files share one frame list among many blocks
+    memo: Kinds = {}  # and frame dicts among lists
     for b in blocks:
         key = id(b.get("frames"))
         name = named.get(key)
         if name is None:
-            name = named[key] = site(b)
+            name = named[key] = site(b, memo)
         row = sites.setdefault(name, [name, 0, 0])
         row[1] += b["size"]
         row[2] += 1

@@ -37,7 +37,7 @@ def one_line(text: str, limit: int = 300) -> str:
 # Frames: a recorded stack runs from the allocation out through the user's code, the magic,
 # IPython and the kernel. People want their cells first, then the library code that allocated.
 _INPUT = re.compile(r"^<ipython-input-(\d+)-")
-_RUNS_CELLS = re.compile(r"(?:^|[/\\])memsnap_magic[/\\]execute\.py$")  # where the magic runs a body
+_RUNNER = ("memsnap_magic/execute.py", "memsnap_magic\\execute.py")  # where the magic runs a body
 _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
 
 
@@ -70,6 +70,28 @@ def _is_cell_frame(frame: dict[str, Any]) -> bool:
     return name.startswith("<ipython-input-") or "/ipykernel_" in name
 
 
+def _runs_cells(frame: dict[str, Any]) -> bool:
+    name = _field(frame, "filename")
+    return name.endswith(_RUNNER) and (len(name) == len(_RUNNER[0]) or name[-len(_RUNNER[0]) - 1] in "/\\")
+
+
+Kinds = dict[int, tuple[bool, bool]]  # id(frame) -> (runs a %%memsnap body, a notebook cell's)
+
+
+def _kinds(frames: list[dict[str, Any]], memo: Kinds | None) -> list[tuple[bool, bool]]:
+    """Each frame's kind; ``memo`` keeps them across calls over one file's blocks, whose stacks
+    share frame dicts (a file's long filenames are then read once, not once per block)."""
+    if memo is None:
+        return [(_runs_cells(f), _is_cell_frame(f)) for f in frames]
+    kinds = []
+    for f in frames:
+        kind = memo.get(id(f))
+        if kind is None:
+            kind = memo[id(f)] = (_runs_cells(f), _is_cell_frame(f))
+        kinds.append(kind)
+    return kinds
+
+
 def _where(frame: dict[str, Any]) -> str:
     name = _field(frame, "filename")
     cell = _INPUT.match(name)
@@ -91,17 +113,18 @@ def _frames(frames: Any) -> list[dict[str, Any]]:
     return [f for f in frames if type(f) is dict]
 
 
-def frame_lines(frames: list[Any], limit: int = 4) -> list[str]:
+def frame_lines(frames: list[Any], limit: int = 4, memo: Kinds | None = None) -> list[str]:
     """A few readable frames: the notebook's cells first, then the innermost others.
 
     From the frame that runs a ``%%memsnap`` body outwards a stack says nothing about the user's
     code, so it is dropped (the ``%%memsnap`` line's own cell with it). A file's stack may hold
-    anything: what is not a frame is left out, what is not a name reads "?".
+    anything: what is not a frame is left out, what is not a name reads "?". ``memo``: see ``_kinds``.
     """
     frames = _frames(frames)
-    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
-    frames = frames[:outer]
-    ordered = [f for f in frames if _is_cell_frame(f)] + [f for f in frames if not _is_cell_frame(f)]
+    kinds = _kinds(frames, memo)
+    outer = next((i for i, (runner, _) in enumerate(kinds) if runner), len(frames))
+    cells = [f for f, (_, cell) in zip(frames[:outer], kinds) if cell]
+    ordered = cells + [f for f, (_, cell) in zip(frames[:outer], kinds) if not cell] if len(cells) < limit else cells
     return [clean(f"{_field(f, 'name')} ({_where(f)}:{_line(f)})") for f in ordered[:limit]]
 
 
@@ -110,7 +133,7 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     int ("?" and 0 where a file gave something else): what a summary file keeps of a stack, so a
     summary read back shows exactly the lines its snapshot did."""
     frames = _frames(frames)
-    outer = next((i for i, f in enumerate(frames) if _RUNS_CELLS.search(_field(f, "filename"))), len(frames))
+    outer = next((i for i, f in enumerate(frames) if _runs_cells(f)), len(frames))
     plain = []
     for f in frames[:outer]:
         line = _line(f)
@@ -119,9 +142,9 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     return plain
 
 
-def site(block: dict[str, Any]) -> str:
+def site(block: dict[str, Any], memo: Kinds | None = None) -> str:
     """Where a block was allocated: its first readable frame, or why it has none."""
-    lines = frame_lines(block.get("frames") or [], limit=1)
+    lines = frame_lines(block.get("frames") or [], limit=1, memo=memo)
     if lines:
         return lines[0]
     return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
@@ -131,9 +154,10 @@ def site_bytes(blocks: Iterable[dict[str, Any]]) -> dict[str, int]:
     """Bytes per allocation site (the first frame, notebook cells first)."""
     sites: dict[str, int] = defaultdict(int)
     named: dict[tuple[int, bool], str] = {}  # real files share one frame list among many blocks
+    memo: Kinds = {}
     for b in blocks:
         key = (id(b.get("frames")), bool(b.get("before")))
         if key not in named:
-            named[key] = site(b)
+            named[key] = site(b, memo)
         sites[named[key]] += b["size"]
     return dict(sites)

@@ -19,6 +19,8 @@ import reprlib
 from itertools import repeat
 from typing import Any
 
+from .readable import one_line
+
 MAX_SIZE = 1 << 48  # bytes in one block or request
 MAX_SUM = 1 << 61  # bytes in any sum of sizes (a trace's, an end state's): their sums fit int64 too
 MAX_ADDRESS = 1 << 64  # segment and block addresses are unsigned
@@ -28,7 +30,15 @@ EVENTS = frozenset({"alloc", "free", "free_requested", "free_completed"})  # ana
 
 
 class SnapshotError(ValueError):
-    """A snapshot file is unsafe, unreadable or not in PyTorch's snapshot schema."""
+    """A snapshot file is unsafe, unreadable or not in PyTorch's snapshot schema.
+
+    Its message is one printable line of bounded length, whatever a file's name or content held."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(one_line(str(message), MESSAGE_LIMIT))
+
+
+MESSAGE_LIMIT = 1000  # characters of a SnapshotError's message
 
 
 class _Excerpt(reprlib.Repr):
@@ -183,6 +193,8 @@ def _check_segment(seg: dict[str, Any], s: int, check: _Check) -> None:
             raise SnapshotError(
                 f"{where}.blocks[{b}] lacks an int size of 0..2**48 bytes or a str state: {excerpt(block)}"
             )
+        if end >= MAX_ADDRESS:  # even an empty block starts at an address
+            raise SnapshotError(f"{where}: its blocks run past address 2**64")
         end += block["size"]
     if end > MAX_ADDRESS:
         raise SnapshotError(f"{where}: its blocks run past address 2**64")

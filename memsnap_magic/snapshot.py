@@ -16,9 +16,11 @@ import functools
 import os
 import pickle
 import stat
+import sys
 import tempfile
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -98,20 +100,109 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
                 f"{path}: {st.st_size:,} bytes, over the {limit:,}-byte limit (raise it with "
                 "$MEMSNAP_MAX_FILE_BYTES or load_snapshot(..., max_bytes=))"
             )
-        try:
-            with no_gc():  # a snapshot is a tree: the collector's passes over it find nothing to free
-                snap = _NoGlobals(f).load()
-        except pickle.UnpicklingError as e:
-            raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
-        except Exception as e:  # truncated, corrupt, deeply nested, too large for memory...
-            raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {_one_line(e)})") from None
+        return _on_deep_stack(lambda: _read(f, path, st.st_size), st.st_size)
+
+
+def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
     try:
-        validate(snap, budget=max(st.st_size * ENTRIES_PER_BYTE, 1 << 16))
+        with _memory_cap(size), no_gc():  # a snapshot is a tree: the collector's passes find nothing to free
+            snap = _NoGlobals(f).load()
+    except pickle.UnpicklingError as e:
+        raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
+    except MemoryError:
+        raise SnapshotError(
+            f"{path}: unpickling it needed more memory than a file of {size:,} bytes stands for "
+            "(a hostile or corrupt file)"
+        ) from None
+    except Exception as e:  # truncated, corrupt, deeply nested...
+        raise SnapshotError(f"{path}: not a readable pickle ({type(e).__name__}: {_one_line(e)})") from None
+    try:
+        validate(snap, budget=max(size * ENTRIES_PER_BYTE, 1 << 16))
     except SnapshotError as e:
         raise SnapshotError(f"{path}: {e}") from None
     except Exception as e:  # a check that could not run is a file we cannot vouch for
         raise SnapshotError(f"{path}: cannot be checked ({type(e).__name__}: {_one_line(e)})") from None
+    from .layout import Meta
+
+    try:  # our own block too: a file every reader would refuse is refused here
+        Meta.from_snapshot(snap)
+    except SnapshotError as e:
+        raise SnapshotError(f"{path}: {e}") from None
     return snap
+
+
+MEMORY_PER_BYTE = 64  # bytes of memory one byte of file may become while unpickled (real files: ~5-10)
+MEMORY_SLACK = 512 << 20
+STACK_PER_BYTE, MIN_STACK, MAX_STACK = 256, 32 << 20, 1 << 30  # C stack for hashing what the file nests
+_LIMITS = threading.Lock()
+
+
+@contextlib.contextmanager
+def _memory_cap(size: int) -> Iterator[None]:
+    """Cap the process's data segment while a file of ``size`` bytes is unpickled (Linux): a few
+    bytes of pickle can make the unpickler allocate gigabytes (a memo index of 2³⁰ sizes its memo
+    table at 16 GB), which then fails as a MemoryError instead of exhausting the machine."""
+    if sys.platform != "linux":
+        yield
+        return
+    import resource
+
+    with _LIMITS:
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        used = _data_bytes()
+        cap = used + size * MEMORY_PER_BYTE + MEMORY_SLACK if used is not None else None
+        if cap is None or (soft != resource.RLIM_INFINITY and soft <= cap):
+            cap = None
+        elif hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        if cap is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+        try:
+            yield
+        finally:
+            if cap is not None:
+                resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _data_bytes() -> int | None:
+    """The process's data segment now (``VmData``: what RLIMIT_DATA counts)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _on_deep_stack(read: Callable[[], dict[str, Any]], size: int) -> dict[str, Any]:
+    """``read()`` in a thread whose C stack fits what the file can nest: hashing a dict key that
+    is a tuple nested 300,000 deep (a 300 KB file) recurses in C past a thread's usual 8 MB and
+    kills the process. Files past ~4 MB get the largest stack, 1 GiB of address space (touched
+    only as deep as the file nests): a file nesting deeper than ~20 million levels stays a risk."""
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(read())
+        except BaseException as e:  # handed to the caller's thread
+            result.append(e)
+
+    stack = min(max(size * STACK_PER_BYTE, MIN_STACK), MAX_STACK)
+    with _LIMITS:
+        old = threading.stack_size()
+        with contextlib.suppress(ValueError, RuntimeError):  # a platform that sets none: the usual stack
+            threading.stack_size(stack)
+        try:
+            worker = threading.Thread(target=run, name="memsnap-load", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(old)
+    worker.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def _one_line(e: BaseException, limit: int = 200) -> str:

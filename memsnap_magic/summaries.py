@@ -8,10 +8,10 @@ while its snapshot is the file it was made from: the same size, mtime and inode,
 it (a snapshot rewritten under the same name is read again). Summary files are untrusted input,
 like snapshots: one that is malformed is ignored with one warning and the snapshot read instead.
 
-The format (``VERSION`` 1), one JSON object::
+The format (``VERSION`` 2), one JSON object::
 
-    {"format": "memsnap-summary", "version": 1,
-     "snapshot": {"size": <bytes>, "mtime_ns": <int>, "inode": <int>},
+    {"format": "memsnap-summary", "version": 2,
+     "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,
      "device": "cuda:0", "baseline_allocated": <bytes>, "peak_allocated": ..., "end_allocated": ...,
@@ -48,7 +48,7 @@ from .snapshot import write_atomically
 from .state import STATE
 
 FORMAT = "memsnap-summary"
-VERSION = 1
+VERSION = 2
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)
@@ -84,7 +84,8 @@ def cached(snapshot: Path) -> Path:
 
 def fingerprint(st: os.stat_result) -> dict[str, int]:
     """What ties a summary to the very file it was made from."""
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    # ctime: no one can set it, so a file rewritten in place with its old size and times is caught
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
 
 
 def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:

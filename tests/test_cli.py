@@ -166,3 +166,18 @@ def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):
     assert record["peak_allocated"] == 2 * 1024  # the newer file's
     assert proc.stderr.count("\n") == 1 and "step 3 rank 0 has a newer file; skipped" in proc.stderr
     assert "pid9-bbbbbb" in proc.stderr
+
+
+def test_a_terminal_that_cannot_encode_gets_escapes_not_a_traceback():
+    import os
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "cuda_step.pickle"
+    out = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", str(data)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+    assert "\\xb10 B" in out.stdout  # the table's ±, escaped

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -570,3 +571,127 @@ def test_a_picture_goes_only_to_a_png_file(tmp_path, name):
         target.mkdir()
     out = _cli("plot", str(file), "-o", str(target), timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+
+
+def _raw(tmp_path: Path, data: bytes, name: str = "raw.pickle") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _with_key(key_ops: bytes) -> bytes:
+    """A pickle of a snapshot whose top-level dict also maps the object ``key_ops`` builds to None."""
+    return (
+        pickle.PROTO + b"\x04" + pickle.EMPTY_DICT + pickle.MARK
+        + pickle.SHORT_BINUNICODE + b"\x08segments" + pickle.EMPTY_LIST
+        + pickle.SHORT_BINUNICODE + b"\x0ddevice_traces" + pickle.EMPTY_LIST
+        + key_ops + pickle.NONE + pickle.SETITEMS + pickle.STOP
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("index", [1 << 27, 1 << 30, (1 << 32) - 1])
+def test_a_memo_index_far_past_the_file_is_refused_without_the_memory(tmp_path, index):
+    # nine bytes: the unpickler sizes its memo table to twice the index (2-64 GB) and zero-fills it
+    path = _raw(
+        tmp_path,
+        pickle.PROTO + b"\x04" + pickle.EMPTY_DICT + pickle.LONG_BINPUT + index.to_bytes(4, "little") + pickle.STOP,
+    )
+    code = textwrap.dedent(f"""
+        import resource
+        from memsnap_magic import SnapshotError, load_snapshot
+        try:
+            load_snapshot({str(path)!r})
+            print("ok")
+        except SnapshotError as e:
+            print(e)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    message, peak_kib = out.stdout.strip().rsplit("\n", 1)
+    assert "needed more memory than a file of 9 bytes stands for" in message
+    assert int(peak_kib) < 1 << 20  # under 1 GiB peak (the unbounded table: 2-64 GB)
+
+
+@pytest.mark.parametrize("depth", [300_000, 1_000_000])
+def test_a_key_nested_deeper_than_a_thread_stack_does_not_kill_the_process(tmp_path, depth):
+    path = _raw(tmp_path, _with_key(pickle.EMPTY_TUPLE + pickle.TUPLE1 * depth))
+    kind, message = load_in_child(path)  # hashing the key recursed past the C stack: SIGSEGV
+    assert kind == "ok", message
+    # a category nested as deep is never hashed by the analysis
+
+    def text(word: str) -> bytes:
+        return pickle.SHORT_BINUNICODE + bytes([len(word)]) + word.encode()
+
+    entry = pickle.EMPTY_DICT + pickle.MARK + text("action") + text("alloc") + text("addr") + pickle.BININT1 + b"\x10"
+    entry += text("size") + pickle.BININT1 + b"\x40" + text("stream") + pickle.BININT1 + b"\x00"
+    entry += text("category") + pickle.EMPTY_TUPLE + pickle.TUPLE1 * 200_000 + pickle.SETITEMS
+    data = pickle.PROTO + b"\x04" + pickle.EMPTY_DICT + pickle.MARK + text("segments") + pickle.EMPTY_LIST
+    data += text("device_traces") + pickle.EMPTY_LIST + pickle.EMPTY_LIST + entry + pickle.APPEND + pickle.APPEND
+    file = _raw(tmp_path, data + pickle.SETITEMS + pickle.STOP, "deep_category.pickle")
+    out = _cli("summarize", str(file))
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_categories_that_are_not_text_are_never_hashed():
+    # as dict keys, values that hash alike cost quadratic time (40k ints: 30 s), deep ones a crash
+    from memsnap_magic.categories import totals
+
+    hashed = []
+
+    class Colliding:
+        def __hash__(self) -> int:
+            hashed.append(1)
+            return 0
+
+    sums = totals([(Colliding(), 10), (Colliding(), 20), ("param", 5), (None, 1)])
+    assert hashed == [] and sums == {"unknown": 31, "param": 5}
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (
+            lambda s: s["segments"].append(
+                {
+                    "device": 0,
+                    "address": (1 << 64) - 4096,
+                    "blocks": [{"size": 4096, "state": "inactive"}, {"size": 0, "state": "active_allocated"}],
+                }
+            ),
+            "run past address 2**64",
+        ),
+        (lambda s: s.update(memsnap=5), "'memsnap' block is int"),
+        (lambda s: s.update(memsnap={"device": "cuda:\u0663"}), "memsnap.device"),
+    ],
+    ids=["an empty block at 2**64", "a memsnap block that is no dict", "a device of other digits"],
+)
+def test_what_every_reader_would_refuse_is_refused_on_loading(tmp_path, edit, words):
+    snap = snapshot(alloc(0x1000, 64), {0x1000: 64})
+    edit(snap)
+    with pytest.raises(SnapshotError, match=re.escape(words)):
+        load_snapshot(write(tmp_path, snap))
+
+
+def test_a_snapshot_error_is_one_short_printable_line_whatever_the_path(tmp_path):
+    path = _raw(tmp_path, b"junk", "x\nforged line\x1b[2J" + "y" * 200 + ".pickle")
+    with pytest.raises(SnapshotError) as caught:
+        load_snapshot(path)
+    text = str(caught.value)
+    assert "\n" not in text and "\x1b" not in text and len(text) <= 1000
+
+
+def test_a_frame_shared_by_many_stacks_is_read_once(tmp_path, monkeypatch):
+    # 2,000 blocks, each its own 128-item list of one frame with a 1 MB filename: read per
+    # reference, this was 47 s for a 4 MB file
+    from memsnap_magic import readable
+    from memsnap_magic.scan import read_interval
+
+    frame = {"filename": "/" * (1 << 20), "line": 1, "name": "n"}
+    file = write(tmp_path, _blocks_with(lambda i: [frame] * 128, 2000))
+    reads = []
+    real = readable._runs_cells
+    monkeypatch.setattr(readable, "_runs_cells", lambda f: reads.append(1) or real(f))
+    iv = read_interval(file, 1)
+    # the site passes read the frame once each; the table's top rows read their own stacks (32 x 128)
+    assert iv.kept_by_site and len(reads) < 2000 * 128 // 10
