@@ -55,6 +55,12 @@ def kept(summary: Summary) -> list[dict[str, Any]]:
     return _end_items(end, np.flatnonzero(sorted_contains(made, end[0])), before=False)
 
 
+def held(summary: Summary) -> list[dict[str, Any]]:
+    """Every block alive at the interval's end, whichever step allocated it, largest first."""
+    end = summary.end
+    return _end_items(end, np.arange(len(end[0])), before=False)
+
+
 def _end_items(
     end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]], chosen: np.ndarray, before: bool, top: int = 0
 ) -> list[dict[str, Any]]:

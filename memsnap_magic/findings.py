@@ -6,10 +6,12 @@ The rules, chosen so that noise makes no claim:
   minus its start); consecutive leaking steps form one run;
 - a step **spikes** when its rise over its start is more than twice the median rise of the steps
   shown and more than ``max(1 MiB, 1 % of its start)`` above that median;
-- an allocation **site leaks** in a leaking step when what the step allocated there and still
-  held at its end is itself more than ``max(1 MiB, 1 % of the step's start)``; consecutive such
-  steps form one run (a site that keeps a buffer another step frees is not flagged: that step
-  does not leak).
+- an allocation **site leaks** in a leaking step when what is held from there at the step's end
+  grew since the step before's end by more than ``max(1 MiB, 1 % of the step's start)``; the
+  first step shown, with no step before it, when it allocated that much there and still held it
+  and the site grows in the next step too. Consecutive such steps form one run. A buffer each
+  step replaces (gradients made anew after ``zero_grad()``) holds the same at every end: no leak.
+  Files without the sites of what they hold use what the step allocated and held.
 
 A ``clear=false`` step's snapshot goes on into the next one, whose figures then count from the
 chain's start: the rules read each step's own share (its start is the step before's end).
@@ -78,6 +80,7 @@ class _Own(Figures):
     end_allocated: int
     trace_entries: int
     kept_by_site: list[list[Any]] = field(default_factory=list)
+    held_by_site: list[list[Any]] = field(default_factory=list)
 
 
 def own_figures(intervals: Sequence[Any]) -> list[Any]:
@@ -95,7 +98,8 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
         before = {site: nbytes for site, nbytes, _ in getattr(prev, "kept_by_site", [])}
         added = [[s, b - before.get(s, 0), k] for s, b, k in getattr(iv, "kept_by_site", []) if b > before.get(s, 0)]
         added.sort(key=lambda row: -row[1])
-        out.append(_Own(prev.end_allocated, iv.peak_allocated, iv.end_allocated, iv.trace_entries, added))
+        held = getattr(iv, "held_by_site", [])  # what an end holds does not depend on the chain
+        out.append(_Own(prev.end_allocated, iv.peak_allocated, iv.end_allocated, iv.trace_entries, added, held))
     return out
 
 
@@ -126,12 +130,23 @@ def _consecutive(positions: Sequence[int]) -> list[list[int]]:
 
 def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
     """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
+    from .intervals import HELD_SITES
+
+    own = own_figures(intervals)
+    ends = [_held(iv, HELD_SITES) for iv in own]
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
-    for i, iv in enumerate(own_figures(intervals)):
+    for i, iv in enumerate(own):
         limit = _threshold(iv.baseline_allocated)
         if iv.kept <= limit:
             continue
-        for site, nbytes, _ in iv.kept_by_site:
+        if i and ends[i] is not None and ends[i - 1] is not None:
+            grown = _growth(ends[i - 1], ends[i])
+        elif ends[i] is not None and i + 1 < len(own) and ends[i + 1] is not None:  # the first: its next confirms
+            after = _growth(ends[i], ends[i + 1])
+            grown = {s: b for s, b, _ in iv.kept_by_site if after.get(s, 0) > _threshold(own[i + 1].baseline_allocated)}
+        else:
+            grown = {s: b for s, b, _ in iv.kept_by_site}
+        for site, nbytes in grown.items():
             if nbytes > limit:
                 held.setdefault(site, {})[i] = nbytes
     found = [
@@ -140,6 +155,21 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         for run in _consecutive(sorted(by_step))
     ]
     return sorted(found, key=lambda leak: -leak.total)
+
+
+def _held(iv: Any, full: int) -> tuple[dict[str, int], bool] | None:
+    """What a step's end holds per site, and whether that list was cut (None: the file has none)."""
+    rows = getattr(iv, "held_by_site", None)
+    if not rows:
+        return None
+    return {site: nbytes for site, nbytes, _ in rows}, len(rows) >= full
+
+
+def _growth(before: tuple[dict[str, int], bool], after: tuple[dict[str, int], bool]) -> dict[str, int]:
+    """Bytes each site holds at ``after``'s end beyond ``before``'s (a site missing from a cut list
+    is not known to have held nothing: it is left out)."""
+    then, cut = before
+    return {s: b - then.get(s, 0) for s, b in after[0].items() if s in then or not cut}
 
 
 def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:

@@ -60,6 +60,9 @@ class Interval(Figures):
     # what the interval allocated and still held at its end, per allocation site (the first
     # readable frame, the user's cells first): [site, bytes, blocks], largest first
     kept_by_site: list[list[Any]] = field(default_factory=list)
+    # every block alive at its end, whichever step made it, per allocation site: [site, bytes,
+    # blocks], the ``HELD_SITES`` largest; a site that grows from one step's end to the next holds more
+    held_by_site: list[list[Any]] = field(default_factory=list)
     # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
     usage_start: dict[str, int] | None = None
@@ -97,6 +100,7 @@ CONTENT = (
     "top_blocks",
     "born",
     "kept_by_site",
+    "held_by_site",
     "by_category",
     "by_category_at_peak",
     "oom",
@@ -109,7 +113,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
     """What an interval keeps of a snapshot, before a path or a session names it: its ``meta``
     (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
     file read again is never unpickled again."""
-    from .alive import alive_at, kept
+    from .alive import alive_at, held, kept
     from .analysis import decimate_index, pick_device, summarize
 
     meta = Meta.from_snapshot(snap)
@@ -127,6 +131,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
         "top_blocks": [_plain(b) for b in at_peak[:TOP_BLOCKS]],
         "born": {b["addr"]: b["size"] for b in at_end[:TOP_BLOCKS]},  # largest first
         "kept_by_site": _by_site(at_end),
+        "held_by_site": _by_site(held(summary), HELD_SITES),
         "oom": _oom(summary),
         **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
         "time_us": summary.times_at(keep),
@@ -190,10 +195,11 @@ def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, **nam
 
 
 SITES = 20  # sites kept per interval
+HELD_SITES = 64  # sites of all that is held at the end
 
 
-def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
-    """[site, bytes, blocks] of ``blocks``, largest first, the ``SITES`` largest."""
+def _by_site(blocks: list[dict[str, Any]], limit: int = SITES) -> list[list[Any]]:
+    """[site, bytes, blocks] of ``blocks``, largest first, the ``limit`` largest."""
     sites: dict[str, list[Any]] = {}
     named: dict[int, str] = {}  # files share one frame list among many blocks
     memo: Kinds = {}  # and frame dicts among lists
@@ -205,7 +211,7 @@ def _by_site(blocks: list[dict[str, Any]]) -> list[list[Any]]:
         row = sites.setdefault(name, [name, 0, 0])
         row[1] += b["size"]
         row[2] += 1
-    return sorted(sites.values(), key=lambda row: -row[1])[:SITES]
+    return sorted(sites.values(), key=lambda row: -row[1])[:limit]
 
 
 def _oom(summary: Any) -> dict[str, Any] | None:

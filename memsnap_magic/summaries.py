@@ -18,6 +18,7 @@ The format (``VERSION`` 2), one JSON object::
      "trace_entries": <int>,
      "top_blocks": [{"size", "addr", "before", "frames": [{"filename", "line", "name"}], "category"}],
      "born": [[addr, size], ...], "kept_by_site": [[site, bytes, blocks], ...],
+     "held_by_site": [[site, bytes, blocks], ...],
      "by_category": {category: bytes} | null, "by_category_at_peak": ... | null,
      "oom": {"requested", "device_free", "allocated", "by_category", "sites"} | null,
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
@@ -310,6 +311,7 @@ _FIELDS: dict[str, Callable[[Any], bool]] = {
     "trace_entries": _check("a count")(lambda v: _int(v, 0, INT64)),
     "top_blocks": _blocks,
     "kept_by_site": _sites,
+    "held_by_site": _sites,
     "by_category": _categories,
     "by_category_at_peak": _categories,
     "oom": _oom,

@@ -94,3 +94,32 @@ def test_two_runs_of_one_site_are_two_leaks_largest_first():
     found = leak_sites(ivs, [iv.step for iv in ivs])
     assert [(f.steps, f.total) for f in found] == [((2, 3), 6 * MiB), ((6,), 3 * MiB)]
     assert "leak site: grow (cell In[1]:2) kept +3.0 MiB per step over steps 2–3 (1 more site)" in headline(ivs)
+
+
+def test_gradients_made_anew_each_step_are_no_leak_site(tmp_path):
+    # the usual loop: zero_grad() first, so each step frees the last step's gradients and makes
+    # its own, which it holds at its end; only the list that grows is a leak
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 1024)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 1024)
+    history: list[torch.Tensor] = []
+
+    def train_step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        history.append(torch.randn(1024, 512))  # 2 MiB kept per step
+
+    train_step()  # an unrecorded warm-up
+    names = {"model": model, "opt": opt, "x": x, "history": history}
+    for step in range(1, 5):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=names):
+            train_step()
+    ivs = session().intervals
+    assert [iv.kept for iv in ivs] == [2 * MiB] * 4
+    (grads,) = [s for s, b, _ in ivs[2].kept_by_site if b >= 4 * MiB]  # made, and held, by every step
+    assert [b for s, b, _ in ivs[1].held_by_site if s == grads] == [b for s, b, _ in ivs[2].held_by_site if s == grads]
+    (leak,) = leak_sites(ivs, [iv.step for iv in ivs])  # held no more from one end to the next: no leak
+    assert leak.steps == (1, 2, 3, 4) and leak.kept == (2 * MiB,) * 4
+    assert leak.site != grads and leak.site.startswith("train_step (")
