@@ -226,6 +226,22 @@ class Dashboard:
             return []
         return [(run.label, self.shown(name)) for name, run in runs.items()]
 
+    @staticmethod
+    def _comparisons(label: str, compared: list[tuple[str, list[Interval]]]) -> list[str]:
+        """The shown run against each other, always earlier run → later one (the order they
+        began in, ``compared``'s), so a fix recorded after reads as before → after whichever
+        run is selected."""
+        names = [name for name, _ in compared]
+        mine = dict(compared)[label]
+        lines = []
+        for name, other in compared:
+            if name == label:
+                continue
+            pair = (label, mine, name, other) if names.index(label) > names.index(name) else (name, other, label, mine)
+            if (line := compare_runs(*pair)) is not None:
+                lines.append(line)
+        return lines
+
     def selected(self) -> Interval | None:
         ivs = self.shown()
         return ivs[self.step.value] if self.step.value is not None and self.step.value < len(ivs) else None
@@ -298,7 +314,7 @@ class Dashboard:
             # every run's findings, the selected one's first: a leak in another run stays in view
             ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
             lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
-            lines += [c for name, other in compared if name != label and (c := compare_runs(label, ivs, name, other))]
+            lines += self._comparisons(label, compared)
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})
             mark = None

@@ -166,6 +166,8 @@ def test_the_dashboard_compares_runs_step_by_step():
     assert d.selected().run == "before" and d.selected().step == 5
     assert "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)" in d.header.value
     assert "spike: step 5 rose +192.0 MiB" in d.header.value
+    # the comparison reads earlier run -> later one whichever is selected: before -> after
+    assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
     # a click on the other run's bar in a column opens that run's step
     fig = d.overview_fig
     _send(d, "click", *_png_point(fig, fig.axes[0], 2 + 0.2, 10 * MiB))  # step 3, right half: "after"
