@@ -111,10 +111,17 @@ def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
         Leak(
             steps=tuple(steps[j] for j in run),
             kept=tuple(intervals[j].kept for j in run),
-            since=steps[run[0] - 1] if run[0] > 0 else None,
+            since=steps[run[0] - 1] if run[0] > 0 and _ended_before(intervals[run[0] - 1], intervals[run[0]]) else None,
         )
         for run in _consecutive(leaking)
     ]
+
+
+def _ended_before(earlier: Any, later: Any) -> bool:
+    """Whether the step shown before another also ran before it (a step recorded after a
+    larger one is shown before it, and what is "held since" it means nothing)."""
+    a, b = getattr(earlier, "end_us", None), getattr(later, "end_us", None)
+    return a is None or b is None or a <= b
 
 
 def _consecutive(positions: Sequence[int]) -> list[list[int]]:

@@ -387,8 +387,10 @@ class Recorder:
             self._write_now(snap, path, d, iv)
         if iv is not None:
             before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
-            # a full ring dropped the oldest entries: its baseline is the window's start, not the interval's
-            if before is not None and not iv.overflowed:
+            # a full ring dropped the oldest entries: its baseline is the window's start, not the
+            # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
+            followed = self.steps is not None and bool(self.intervals)
+            if before is not None and not iv.overflowed and not followed:
                 iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
             if cleared:
                 STATE.last_end[backend.device] = (step, iv.end_allocated)

@@ -446,3 +446,21 @@ def test_a_free_no_event_dates_makes_the_peak_a_stated_bound(cpu):
     wait_for_writes()
     with open(one.path, "rb") as f:
         assert pickle.load(f)["memsnap"]["freed_unseen"] == 4 * MiB
+
+
+def test_memory_pytorch_did_not_allocate_never_moves_the_start(cpu):
+    run(cpu, "import numpy as np")
+    run(cpu, "%%memsnap step=1\nw = torch.from_numpy(np.ones(1 << 18, dtype=np.float32))\nz = torch.ones(100) * 2")
+    run(cpu, "%%memsnap step=2\nq = torch.ones(10)")
+    run(cpu, "%%memsnap step=3\ndel w\nq2 = torch.ones(10)")
+    one, two, three = session().intervals
+    assert (two.moved, three.moved) == (0, 0)
+    assert two.baseline_allocated == one.end_allocated and three.baseline_allocated == two.end_allocated
+
+
+def test_the_steps_between_listed_ones_are_followed_not_said_to_move_the_start(cpu):
+    run(cpu, "held = []")
+    run(cpu, "%%memsnap steps=2,4\nfor step in range(1, 5):\n    mark(step)\n    held.append(torch.ones(1 << 18))")
+    two, four = session().intervals
+    assert four.baseline_allocated == two.end_allocated + MiB  # step 3's tensor, followed
+    assert not four.moved

@@ -100,3 +100,15 @@ def test_step_lists_read_as_ranges_only_when_consecutive():
     assert step_list([4]) == "step 4"
     assert step_list([3, 4, 5]) == "steps 3–5"
     assert step_list([1, 5, 10]) == "steps 1, 5, 10"
+
+
+def test_a_step_recorded_after_a_leak_is_not_what_the_leak_is_held_since():
+    # step 5 recorded first (it leaks 2 MiB), then step 2: shown 2, 5, but 5 ran before 2
+    two = interval(2, 101 * MiB, 0, 0)
+    five = interval(5, 100 * MiB, 2 * MiB, 2 * MiB)
+    five.end_us, two.end_us = 1_000, 2_000
+    (leak,) = leaks([two, five], [2, 5])
+    assert leak.since is None and "held since" not in headline([two, five])
+    five.end_us, two.end_us = 2_000, 1_000  # recorded in order: held since step 2
+    (leak,) = leaks([two, five], [2, 5])
+    assert leak.since == 2

@@ -172,6 +172,23 @@ def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[
     return job
 
 
+class _Foreign:
+    """Storages of memory PyTorch's allocator did not make, by address, while they live."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, Any] = {}
+
+    def add(self, storages: dict[int, Any]) -> None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self._refs = {p: r for p, r in self._refs.items() if not r.expired()}
+        self._refs.update((p, StorageWeakRef(s)) for p, s in storages.items())
+
+    def holds(self, ptr: int, storage: Any) -> bool:
+        ref = self._refs.get(ptr)
+        return ref is not None and not ref.expired() and ref.cdata == storage._cdata
+
+
 def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
     """Weak references calling ``died(address)`` when each storage is freed: a storage's Python
     object lives exactly as long as the storage once made, so its death is the block's free."""
@@ -244,6 +261,7 @@ class CpuBackend(Backend):
         self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
         self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
         self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
+        self._foreign = _Foreign()
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._also: Any = None  # the cell's value, until the snapshot has walked it
@@ -302,6 +320,7 @@ class CpuBackend(Backend):
         self.incomplete = None
         found: dict[int, Any] = {}
         walked = live_storages(namespace, storages=found) if namespace is not None else {}
+        walked = {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}
         # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
         hidden = {p: n for p, n in self._carried.items() if p not in walked}
         for ptr in self._watch.gone(hidden):
@@ -338,6 +357,15 @@ class CpuBackend(Backend):
         snap = self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries, died=self._died)
         self.freed_unseen = self._history.freed_unseen
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+        # A storage that appeared in the interval with no allocation event and that PyTorch's
+        # allocator did not make (numpy's memory under torch.from_numpy): never counted later
+        self._foreign.add(
+            {
+                p: found[p]
+                for p in walked
+                if p not in self._history.tables.last and p not in self._live_start and not found[p].resizable()
+            }
+        )
         self._carried = {b["address"]: b["requested_size"] for b in blocks}
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
         # a reference at an address the interval allocated or freed at is an earlier storage's
