@@ -200,13 +200,20 @@ def step_mark(step: int, run: str | None = None) -> str:
     return f"memsnap step {step}" + (f" (run {run})" if run else "")
 
 
-def stamp(snap: dict[str, Any], index: int, mark: str) -> None:
-    """Give device ``index``'s trace entries ``mark`` as their ``user_metadata`` where they have
-    none (PyTorch 2.10+ sets its own through ``_set_memory_metadata``; older ones and the CPU
-    route none). One string object: the pickle stores it once."""
+def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> None:
+    """Give device ``index``'s trace entries their step's mark as their ``user_metadata`` where
+    they have none (PyTorch 2.10+ sets its own through ``_set_memory_metadata``; older ones and
+    the CPU route none). ``marks``: ``(start_us, mark)`` of each step the snapshot holds, in
+    order (several where a ``clear=false`` history went on): an entry takes the mark of the last
+    step begun by its time. One string object per step: the pickle stores each once."""
+    import bisect
+
+    starts = [start for start, _ in marks]
     for entry in snap["device_traces"][index]:
         if not entry.get(MARK_KEY):
-            entry[MARK_KEY] = mark
+            t = entry.get("time_us")
+            at = bisect.bisect_right(starts, t) - 1 if type(t) is int and len(marks) > 1 else len(marks) - 1
+            entry[MARK_KEY] = marks[max(at, 0)][1]
 
 
 def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:

@@ -23,10 +23,15 @@ from .state import STATE
 
 
 def _print_report(iv: Any, previous: Any) -> None:
+    from .intervals import holds
     from .text import describe
 
     session = STATE.session
-    print(describe(iv, session.last_replaced if session.last is iv else None))
+    first, later = None, iv  # the first step of the clear=false history this snapshot holds
+    while previous is not None and holds(later, previous):
+        first, later, previous = previous, previous, session.previous(previous)
+    replaced = session.last_replaced if session.last is iv else None
+    print(describe(iv, replaced, chain_from=first.step if first is not None else None))
 
 
 def _parse(parse: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -107,6 +107,7 @@ class Recorder:
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
         self._training: tuple[list[Any], list[Any]] = ([], [])
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
+        self._began_us = 0  # when the step being recorded began (µs since the epoch)
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -147,6 +148,7 @@ class Recorder:
                 stacklevel=2,
             )
             backend.end(keep=False)
+            STATE.chain_marks.pop(backend.device, None)
         backend.configure(o)
         self._rank = resolve_rank(o.rank)
         self._training = self._training_objects()
@@ -155,6 +157,7 @@ class Recorder:
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
                 self._watch = self._quietly(self._new_watch, backend)  # before: its walks stay out of the trace
                 self._usage = self._quietly(backend.usage)
+                self._began_us = time.time_ns() // 1000
                 backend.begin(fresh=False, namespace=self._reach())
             else:
                 backend.warm_up()
@@ -206,6 +209,7 @@ class Recorder:
                     STATE.chains[self._backend.device] = self.options.run or ""
                 else:
                     STATE.chains.pop(self._backend.device, None)
+                    STATE.chain_marks.pop(self._backend.device, None)
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""
@@ -255,6 +259,7 @@ class Recorder:
             self._begun.add(step)
             self._watch = self._quietly(self._new_watch, self._backend)
             self._usage = self._quietly(self._backend.usage)
+            self._began_us = time.time_ns() // 1000
             self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
             self._current = step if self._backend.recording else None
             if self._current is None and self._watch is not None:
@@ -357,7 +362,13 @@ class Recorder:
             from .categories import label_snapshot
 
             self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
-        self._quietly(stamp, snap, trace_index(backend.device), step_mark(step, o.run))
+        # a clear=false history holds the steps before this one: each entry says which it came from
+        marks = [*STATE.chain_marks.get(backend.device, []), (self._began_us, step_mark(step, o.run))]
+        self._quietly(stamp, snap, trace_index(backend.device), marks)
+        if keep:
+            STATE.chain_marks[backend.device] = marks
+        else:
+            STATE.chain_marks.pop(backend.device, None)
         meta = Meta(
             step=step,
             rank=self._rank,

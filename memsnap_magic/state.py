@@ -37,6 +37,8 @@ class State:
         self.warned: set[str] = set()  # keys of the one-time warnings already given
         self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
         self.chains: dict[str, str] = {}  # device -> the run whose clear=false history it goes on recording
+        # device -> (start_us, mark) of each step the clear=false history recording there holds
+        self.chain_marks: dict[str, list[tuple[int, str]]] = {}
         self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
 
     @property
@@ -59,6 +61,8 @@ class State:
                 try:
                     backend.end(keep=False)
                     stopped.append(name)
+                    self.chains.pop(name, None)
+                    self.chain_marks.pop(name, None)
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
         if failures:
@@ -84,6 +88,7 @@ class State:
         self.recording_kinds.clear()
         self.last_end.clear()
         self.chains.clear()
+        self.chain_marks.clear()
         self._session = None
         self.live_dashboard = None
 

@@ -49,15 +49,17 @@ def shown_path(path: os.PathLike[str] | str) -> str:
     return clean(text)
 
 
-def describe(iv: Interval, replaced: Interval | None = None) -> str:
+def describe(iv: Interval, replaced: Interval | None = None, chain_from: int | None = None) -> str:
     """The compact line printed after each ``%%memsnap`` cell: short enough for one line of a
     notebook before the file's path, which comes last; comparisons live in the table and dashboard.
-    ``replaced``: the interval of the same step (in the same run) this one replaced."""
+    ``replaced``: the interval of the same step (in the same run) this one replaced.
+    ``chain_from``: the step whose start a ``clear=false`` history (and so every figure) counts from."""
     parts = [
         f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else "") + (f" (run {iv.run})" if iv.run else ""),
         iv.device,
         f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over start)",
-        f"kept {fmt_bytes(iv.kept, signed=True)}",
+        f"kept {fmt_bytes(iv.kept, signed=True)}"
+        + (f" (from step {chain_from}'s start: clear=false)" if chain_from is not None else ""),
     ]
     entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
     backend = backend_class(iv.device)

@@ -464,3 +464,20 @@ def test_the_steps_between_listed_ones_are_followed_not_said_to_move_the_start(c
     two, four = session().intervals
     assert four.baseline_allocated == two.end_allocated + MiB  # step 3's tensor, followed
     assert not four.moved
+
+
+def test_a_clear_false_history_marks_each_entry_with_its_own_step_and_says_where_it_counts_from(cpu, capsys):
+    run(cpu, "keep = []")
+    run(cpu, "%%memsnap step=8 clear=false\nkeep.append(torch.ones(1 << 18))")
+    run(cpu, "%%memsnap step=9 clear=false\nt = torch.ones(10)")
+    run(cpu, "%%memsnap step=10\nu = torch.ones(12)")
+    lines = capsys.readouterr().out.splitlines()
+    assert "kept +1.0 MiB · " in lines[0] and "clear=false" not in lines[0]
+    assert all("kept +1.0 MiB (from step 8's start: clear=false)" in line for line in lines[1:3])
+    wait_for_writes()
+    with open(session().intervals[-1].path, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    marks = [(e["size"], e["user_metadata"]) for e in trace if e["action"] == "alloc"]
+    assert marks == [(MiB, "memsnap step 8"), (40, "memsnap step 9"), (48, "memsnap step 10")]
+    run(cpu, "%%memsnap step=11\nv = torch.ones(4)")  # the chain ended: a history of its own
+    assert "clear=false" not in capsys.readouterr().out
