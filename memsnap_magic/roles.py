@@ -59,7 +59,10 @@ class Watch:
     def __init__(self, device: str, modules: list[Any], optimizers: list[Any]) -> None:
         self.device = device
         self.modules, self.optimizers = modules, optimizers
-        self.roles = Roles(start=self.storages())
+        start = self.storages()
+        # also a moment like an optimizer step's: a clear=false snapshot holds blocks made in the
+        # steps before, which the start saw in their roles
+        self.roles = Roles(start=start, timed=[(time.time_ns() // 1000, start)])
         here = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self._params = [p for p in here if _device(p) == device]
         self._handles = [opt.register_step_pre_hook(self._at_step) for opt in optimizers]

@@ -57,6 +57,22 @@ def test_an_mlp_with_adamw_has_exact_parameter_gradient_and_optimizer_bytes(tmp_
         assert replay(snap, 0)[1] == iv.peak_allocated  # the marker entry changes no figure
 
 
+def test_a_clear_false_history_labels_what_its_earlier_steps_made(tmp_path):
+    # the snapshot closing a chain holds the gradients made in the step before it: the start of
+    # this step saw them as gradients
+    model, opt, x, y = _mlp()
+    P = sum(p.numel() * p.element_size() for p in model.parameters())
+    ns = {"model": model, "opt": opt, "x": x, "y": y}
+    for step, clear in ((1, False), (2, True)):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=ns, clear=clear):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    one, two = session().intervals
+    assert one.by_category_at_peak["gradient"] == P
+    assert two.by_category_at_peak["gradient"] == P and sum(two.by_category_at_peak.values()) == two.peak_allocated
+
+
 def test_named_models_and_bad_names(shell):
     shell.run_cell("import torch\nnet = torch.nn.Linear(8, 8)\nother = torch.nn.Linear(64, 64)\nn = 3")
     assert shell.run_cell("%%memsnap device=cpu model=net\ny = net(torch.ones(2, 8))").success
