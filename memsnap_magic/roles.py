@@ -62,7 +62,7 @@ class Watch:
         start = self.storages()
         # also a moment like an optimizer step's: a clear=false snapshot holds blocks made in the
         # steps before, which the start saw in their roles
-        self.roles = Roles(start=start, timed=[(time.time_ns() // 1000, start)])
+        self.roles = Roles(start=start, timed=[(time.time_ns() // 1000, start)] if start else [])
         here = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
         self._params = [p for p in here if _device(p) == device]
         self._handles = [opt.register_step_pre_hook(self._at_step) for opt in optimizers]
