@@ -19,8 +19,9 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
     """The largest blocks allocated after replayed event ``index`` (default: the peak).
 
     Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
-    empty), ``before`` (True when the block was already live when the window started) and
-    ``category`` (the file's label, see ``categories``; None where it has none).
+    empty), ``before`` (True when the block was already live when the window started),
+    ``category`` (the file's label, see ``categories``; None where it has none) and ``mark``
+    (its allocation's ``user_metadata``, which step of a ``clear=false`` history made it).
     With ``top``, only events of the largest sizes are paired by address, widening until
     ``top`` blocks are found; ``top=0`` pairs them all.
     """
@@ -76,6 +77,7 @@ def _end_items(
             "before": before,
             "frames": blocks[i].get("frames") or [],
             "category": blocks[i].get("category"),
+            "mark": None,
         }
         for i in chosen.tolist()
     ]
@@ -109,6 +111,7 @@ def _alive_among(
             "before": bool(alive_old[i]),
             "frames": [] if alive_old[i] else trace[entry[sel[i]]].get("frames") or [],
             "category": trace[entry[sel[i]]].get("category"),
+            "mark": None if alive_old[i] else trace[entry[sel[i]]].get("user_metadata"),
         }
         for i in chosen.tolist()
     ]

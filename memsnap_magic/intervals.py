@@ -9,6 +9,7 @@ notebook does not hold hundreds of MB.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,17 @@ def _plain(block: dict[str, Any]) -> dict[str, Any]:
         "before": block["before"],
         "frames": plain_frames(block.get("frames")),
         "category": category_name(category) if category is not None else None,
+        "made_in": marked_step(block.get("mark")),
     }
+
+
+def marked_step(mark: Any) -> int | None:
+    """The step our ``user_metadata`` mark names ("memsnap step 8"), else None."""
+    found = _MARK.match(mark) if type(mark) is str else None
+    return int(found.group(1)) if found else None
+
+
+_MARK = re.compile(r"memsnap step (\d{1,10})(?!\d)")
 
 
 def interval_from_digest(

@@ -16,7 +16,8 @@ The format (``VERSION`` 2), one JSON object::
      "meta": <the snapshot's memsnap block, every field, null where absent>,
      "device": "cuda:0", "baseline_allocated": <bytes>, "peak_allocated": ..., "end_allocated": ...,
      "trace_entries": <int>,
-     "top_blocks": [{"size", "addr", "before", "frames": [{"filename", "line", "name"}], "category"}],
+     "top_blocks": [{"size", "addr", "before", "frames": [{"filename", "line", "name"}], "category",
+                     "made_in": <the step that made it, in a clear=false history; else null>}],
      "born": [[addr, size], ...], "kept_by_site": [[site, bytes, blocks], ...],
      "held_by_site": [[site, bytes, blocks], ...],
      "by_category": {category: bytes} | null, "by_category_at_peak": ... | null,
@@ -276,7 +277,8 @@ def _frame(f: Any) -> bool:
 def _block(b: Any) -> bool:
     return (
         type(b) is dict
-        and b.keys() == {"size", "addr", "before", "frames", "category"}
+        and b.keys() == {"size", "addr", "before", "frames", "category", "made_in"}
+        and (b["made_in"] is None or _int(b["made_in"]))
         and _int(b["size"])
         and _int(b["addr"], -INT64, 1 << 64)
         and type(b["before"]) is bool

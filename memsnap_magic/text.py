@@ -356,14 +356,18 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         reason = "" if frames else why_no_frames(b, iv)
         if reason and reason not in reasons:
             reasons.append(reason)
-        key = (b["size"], frames[:1], reason, bool(b.get("before")), b.get("category"))  # one size, one site
+        made_in = b.get("made_in")  # a clear=false history: the step before this one that made it
+        earlier_here = type(made_in) is int and made_in != iv.step and not b.get("before")
+        key = (b["size"], frames[:1], reason, bool(b.get("before")) or earlier_here, b.get("category"))
         group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
         group["count"] += 1
         shared = group["frames"]
         if frames[: len(shared)] != shared:  # one site reached through different calls: only what they share
             common = next((n for n, (a, b) in enumerate(zip(shared, frames)) if a != b), min(len(shared), len(frames)))
             group["frames"], group["varied"] = shared[:common], True
-        if b.get("before"):
+        if earlier_here:
+            group["steps"].add(made_in)
+        elif b.get("before"):
             step = born_in(b, earlier)
             if step is None:
                 group["unknown"] = True

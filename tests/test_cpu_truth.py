@@ -481,3 +481,15 @@ def test_a_clear_false_history_marks_each_entry_with_its_own_step_and_says_where
     assert marks == [(MiB, "memsnap step 8"), (40, "memsnap step 9"), (48, "memsnap step 10")]
     run(cpu, "%%memsnap step=11\nv = torch.ones(4)")  # the chain ended: a history of its own
     assert "clear=false" not in capsys.readouterr().out
+
+
+def test_the_table_of_a_chain_step_dates_what_its_earlier_steps_made(cpu):
+    run(cpu, "keep = []\ndef leaky():\n    keep.append(torch.ones(1 << 18))")
+    run(cpu, "%%memsnap step=12 clear=false\nleaky()")
+    run(cpu, "%%memsnap step=13\nt = torch.ones(1 << 17)")
+    thirteen = session().intervals[-1]
+    rows = blocks_table(thirteen).split("<tr>")
+    (kept,) = [r for r in rows if ">1.0 MiB<" in r]
+    assert ">step 12<" in kept and "this step" not in kept
+    (mine,) = [r for r in rows if ">512.0 KiB<" in r]
+    assert ">this step<" in mine
