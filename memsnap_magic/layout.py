@@ -233,6 +233,8 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found += inside
         elif path.is_file():
             found.append(path)
+        elif os.path.lexists(path):  # a device, a pipe, a socket, a link that leads nowhere
+            raise SnapshotError(f"{path}: not a regular file or folder (a device, pipe or socket is never read)")
         else:
             raise SnapshotError(f"{path}: no such file or folder")
     return found
