@@ -208,11 +208,18 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
     step begun by its time. One string object per step: the pickle stores each once."""
     import bisect
 
+    trace = snap["device_traces"][index]
+    if len(marks) == 1:  # one step: every entry is its
+        mark = marks[0][1]
+        for entry in trace:
+            if not entry.get(MARK_KEY):
+                entry[MARK_KEY] = mark
+        return
     starts = [start for start, _ in marks]
-    for entry in snap["device_traces"][index]:
+    for entry in trace:
         if not entry.get(MARK_KEY):
             t = entry.get("time_us")
-            at = bisect.bisect_right(starts, t) - 1 if type(t) is int and len(marks) > 1 else len(marks) - 1
+            at = bisect.bisect_right(starts, t) - 1 if type(t) is int else len(marks) - 1
             entry[MARK_KEY] = marks[max(at, 0)][1]
 
 

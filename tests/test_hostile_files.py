@@ -215,8 +215,8 @@ def test_things_that_are_not_regular_files_are_refused_unread(tmp_path):
     )
     kind, message = load_in_child(Path("/dev/zero"))
     assert kind == "SnapshotError" and "not a regular file" in message
-    for given in (fifo, Path("/dev/zero")):  # named to the CLI: said what it is, not that it is missing
-        out = _cli("summarize", str(given))
+    for named in (fifo, Path("/dev/zero")):  # named to the CLI: said what it is, not that it is missing
+        out = _cli("summarize", str(named))
         assert out.returncode == 2 and "not a regular file or folder" in out.stderr, out.stderr
 
 
