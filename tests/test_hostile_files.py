@@ -599,15 +599,16 @@ def test_a_memo_index_far_past_the_file_is_refused_without_the_memory(tmp_path, 
         tmp_path,
         pickle.PROTO + b"\x04" + pickle.EMPTY_DICT + pickle.LONG_BINPUT + index.to_bytes(4, "little") + pickle.STOP,
     )
+    # VmHWM: this process's own peak (ru_maxrss would carry over the pytest parent's across exec)
     code = textwrap.dedent(f"""
-        import resource
         from memsnap_magic import SnapshotError, load_snapshot
         try:
             load_snapshot({str(path)!r})
             print("ok")
         except SnapshotError as e:
             print(e)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        with open("/proc/self/status") as status:
+            print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert out.returncode == 0, out.stderr[-2000:]
