@@ -10,6 +10,7 @@ notebook does not hold hundreds of MB.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
     at_end = kept(summary)
+    name = _site_namer()  # kept and held share their blocks' frame lists: each is named once
     labelled = bool(summary.trace) and "category" in summary.trace[-1]  # labelled files end labelled
     # every block alive at the peak where the categories need them all; the table's largest else
     at_peak = alive_at(summary, top=0 if labelled else TOP_BLOCKS)
@@ -131,8 +133,8 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
         **summary.figures(),
         "top_blocks": [_plain(b) for b in at_peak[:TOP_BLOCKS]],
         "born": {b["addr"]: b["size"] for b in at_end[:TOP_BLOCKS]},  # largest first
-        "kept_by_site": _by_site(at_end),
-        "held_by_site": _by_site(held(summary), HELD_SITES),
+        "kept_by_site": _by_site(at_end, name=name),
+        "held_by_site": _by_site(held(summary), HELD_SITES, name),  # at_end's blocks among them
         "oom": _oom(summary),
         **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
         "time_us": summary.times_at(keep),
@@ -209,17 +211,31 @@ SITES = 20  # sites kept per interval
 HELD_SITES = 64  # sites of all that is held at the end
 
 
-def _by_site(blocks: list[dict[str, Any]], limit: int = SITES) -> list[list[Any]]:
-    """[site, bytes, blocks] of ``blocks``, largest first, the ``limit`` largest."""
-    sites: dict[str, list[Any]] = {}
-    named: dict[int, str] = {}  # files share one frame list among many blocks
-    memo: Kinds = {}  # and frame dicts among lists
-    for b in blocks:
+def _site_namer() -> Callable[[dict[str, Any]], str]:
+    """``site`` of a block, each frame list named once: files share one frame list among many
+    blocks, and frame dicts among lists (one namer serves every pass over one snapshot's blocks)."""
+    named: dict[int, str] = {}
+    memo: Kinds = {}
+
+    def name(b: dict[str, Any]) -> str:
         key = id(b.get("frames"))
-        name = named.get(key)
-        if name is None:
-            name = named[key] = site(b, memo)
-        row = sites.setdefault(name, [name, 0, 0])
+        found = named.get(key)
+        if found is None:
+            found = named[key] = site(b, memo)
+        return found
+
+    return name
+
+
+def _by_site(
+    blocks: list[dict[str, Any]], limit: int = SITES, name: Callable[[dict[str, Any]], str] | None = None
+) -> list[list[Any]]:
+    """[site, bytes, blocks] of ``blocks``, largest first, the ``limit`` largest."""
+    name = name or _site_namer()
+    sites: dict[str, list[Any]] = {}
+    for b in blocks:
+        site_name = name(b)
+        row = sites.setdefault(site_name, [site_name, 0, 0])
         row[1] += b["size"]
         row[2] += 1
     return sorted(sites.values(), key=lambda row: -row[1])[:limit]

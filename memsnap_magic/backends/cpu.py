@@ -172,23 +172,6 @@ def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[
     return job
 
 
-class _Foreign:
-    """Storages of memory PyTorch's allocator did not make, by address, while they live."""
-
-    def __init__(self) -> None:
-        self._refs: dict[int, Any] = {}
-
-    def add(self, storages: dict[int, Any]) -> None:
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        self._refs = {p: r for p, r in self._refs.items() if not r.expired()}
-        self._refs.update((p, StorageWeakRef(s)) for p, s in storages.items())
-
-    def holds(self, ptr: int, storage: Any) -> bool:
-        ref = self._refs.get(ptr)
-        return ref is not None and not ref.expired() and ref.cdata == storage._cdata
-
-
 def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
     """Weak references calling ``died(address)`` when each storage is freed: a storage's Python
     object lives exactly as long as the storage once made, so its death is the block's free."""
@@ -261,7 +244,7 @@ class CpuBackend(Backend):
         self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
         self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
         self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
-        self._foreign = _Foreign()
+        self._foreign = Watch()  # storages of memory PyTorch's allocator did not make, while they live
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: dict[str, Any] | None = None
         self._also: Any = None  # the cell's value, until the snapshot has walked it
@@ -359,13 +342,13 @@ class CpuBackend(Backend):
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
         # A storage that appeared in the interval with no allocation event and that PyTorch's
         # allocator did not make (numpy's memory under torch.from_numpy): never counted later
-        self._foreign.add(
-            {
-                p: found[p]
-                for p in walked
-                if p not in self._history.tables.last and p not in self._live_start and not found[p].resizable()
-            }
-        )
+        foreign = {
+            p
+            for p in walked
+            if p not in self._history.tables.last and p not in self._live_start and not found[p].resizable()
+        }
+        self._foreign.forget_freed()
+        self._foreign.see(found, foreign)
         self._carried = {b["address"]: b["requested_size"] for b in blocks}
         self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
         # a reference at an address the interval allocated or freed at is an earlier storage's

@@ -236,8 +236,9 @@ def _silent_frees(
     times = events[:, 0]
     allocs = np.flatnonzero(events[:, 2] > 0)
     q, m = events[allocs, 1], events[allocs, 2]
-    starts = np.array(sorted(blocks), dtype=np.int64)
-    ends = starts + np.array([blocks[p] for p in sorted(blocks)], dtype=np.int64)
+    ptrs = sorted(blocks)
+    starts = np.array(ptrs, dtype=np.int64)
+    ends = starts + np.array([blocks[p] for p in ptrs], dtype=np.int64)
     never = np.iinfo(np.int64).max
     first = np.full(len(starts), never)
     last = np.searchsorted(starts, q + m, side="left") - 1  # the last block starting before each allocation ends
@@ -250,7 +251,7 @@ def _silent_frees(
         np.minimum.at(first, cand[hit], allocs[hit])
     placed: dict[int, list[tuple[int, int, int]]] = {}
     before_window: set[int] = set()
-    for i, ptr in enumerate(starts.tolist()):
+    for i, ptr in enumerate(ptrs):
         reused = int(first[i])
         at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
         death = died.get(ptr)

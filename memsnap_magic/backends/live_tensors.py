@@ -235,6 +235,15 @@ class Watch:
                 freed.add(ptr)
         return freed
 
+    def holds(self, ptr: int, storage: Any) -> bool:
+        """Whether the storage referred to at ``ptr`` is ``storage`` itself, still alive."""
+        ref = self._refs.get(ptr)
+        return ref is not None and not ref.expired() and ref.cdata == storage._cdata
+
+    def forget_freed(self) -> None:
+        """Drop the references whose storages are gone."""
+        self._refs = {p: r for p, r in self._refs.items() if not r.expired()}
+
     def covers(self, ptrs: Iterable[int]) -> bool:
         """Whether every address of ``ptrs`` is referred to."""
         return all(p in self._refs for p in ptrs)
