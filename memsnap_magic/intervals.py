@@ -255,6 +255,7 @@ def _oom(summary: Any) -> dict[str, Any] | None:
     alive = alive_at(summary, index=index, top=0)
     return {
         "requested": _count(entry.get("size")),
+        "site": site(entry) if plain_frames(entry.get("frames")) else None,
         "device_free": _count(entry.get("device_free")),
         "allocated": int(summary.allocated[index]) if index >= 0 else summary.baseline_allocated,
         "by_category": totals([(b["category"], b["size"]) for b in alive]),

@@ -357,6 +357,9 @@ class Recorder:
         if snap is None:
             self._quietly(backend.end, keep=False)
             return
+        failed = self._quietly(backend.failed_request, error, end_us) if error is not None else None
+        if failed is not None:  # before labelling: the entry is marked like the others
+            snap["device_traces"][trace_index(backend.device)].append(failed)
         roles = self._quietly(watch.finish) if watch is not None else None  # recording is off here
         if roles:
             from .categories import label_snapshot

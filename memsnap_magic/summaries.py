@@ -8,9 +8,9 @@ while its snapshot is the file it was made from: the same size, mtime and inode,
 it (a snapshot rewritten under the same name is read again). Summary files are untrusted input,
 like snapshots: one that is malformed is ignored with one warning and the snapshot read instead.
 
-The format (``VERSION`` 2), one JSON object::
+The format (``VERSION`` 3), one JSON object::
 
-    {"format": "memsnap-summary", "version": 2,
+    {"format": "memsnap-summary", "version": 3,
      "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,
@@ -21,7 +21,7 @@ The format (``VERSION`` 2), one JSON object::
      "born": [[addr, size], ...], "kept_by_site": [[site, bytes, blocks], ...],
      "held_by_site": [[site, bytes, blocks], ...],
      "by_category": {category: bytes} | null, "by_category_at_peak": ... | null,
-     "oom": {"requested", "device_free", "allocated", "by_category", "sites"} | null,
+     "oom": {"requested", "site", "device_free", "allocated", "by_category", "sites"} | null,
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
 
 Bytes are requested bytes, as in ``intervals.Interval``; the timeline is decimated (at most a few
@@ -50,7 +50,7 @@ from .snapshot import write_atomically
 from .state import STATE
 
 FORMAT = "memsnap-summary"
-VERSION = 2
+VERSION = 3
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)
@@ -296,8 +296,9 @@ def _blocks(v: Any) -> bool:
 def _oom(v: Any) -> bool:
     return v is None or (
         type(v) is dict
-        and v.keys() == {"requested", "device_free", "allocated", "by_category", "sites"}
+        and v.keys() == {"requested", "site", "device_free", "allocated", "by_category", "sites"}
         and (v["requested"] is None or _int(v["requested"], 0, 1 << 62))
+        and (v["site"] is None or _text(v["site"]))
         and (v["device_free"] is None or _int(v["device_free"], 0, 1 << 62))
         and _int(v["allocated"], -_BYTES)
         and _categories(v["by_category"])

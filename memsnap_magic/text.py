@@ -244,8 +244,11 @@ def oom_report(iv: Interval) -> str | None:
     if oom is None:
         return None
     total = (iv.usage_end or {}).get("total")
-    free = f"{fmt_bytes(oom['device_free'])} free" + (f" of {fmt_bytes(total)}" if total else "")
-    text = f"out of memory: asked for {fmt_bytes(oom['requested'])} with {free}"
+    text = f"out of memory: asked for {fmt_bytes(oom['requested'])}"
+    if oom.get("site"):
+        text += f" at {oom['site']}"
+    if oom["device_free"] is not None:
+        text += f" with {fmt_bytes(oom['device_free'])} free" + (f" of {fmt_bytes(total)}" if total else "")
     text += f"; {fmt_bytes(oom['allocated'])} allocated then"
     if oom.get("by_category"):
         text += " (" + ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in oom["by_category"].items()) + ")"

@@ -1,17 +1,20 @@
 """OOM reports from the trace's ``oom`` entry: what was asked, what was free, and what held the
-memory at that moment — on a real CUDA file (tests/data/cuda_oom.pickle, from an H200) and on
-traces of our own."""
+memory at that moment — on a real CUDA file (tests/data/cuda_oom.pickle, from an H200), on
+traces of our own, and on the CPU route, whose allocator raises a ``RuntimeError`` instead."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from snapshots import alloc, free, snapshot
 from test_widget import interval
 
+from memsnap_magic import session
 from memsnap_magic.intervals import interval_from_snapshot
 from memsnap_magic.scan import read_run
 from memsnap_magic.session_state import Session
+from memsnap_magic.snapshot import load_snapshot
 from memsnap_magic.text import describe, oom_report
 from memsnap_magic.widget import Dashboard
 
@@ -23,8 +26,11 @@ def test_a_real_cuda_oom_is_reported_from_its_file():
     assert iv.oom["requested"] == 4_000_000_000_000_000 and iv.oom["device_free"] == 148_926_234_624
     assert iv.oom["allocated"] == iv.peak_allocated  # the failed request came after the last allocation
     assert sum(nbytes for _, nbytes, _ in iv.oom["sites"]) <= iv.oom["allocated"]
+    assert iv.oom["site"] == "<module> (cell In[11]:3)"  # the failed request's own line
     report = oom_report(iv)
-    assert report.startswith("out of memory: asked for 3638.0 TiB with 138.7 GiB free; 365.1 MiB allocated then")
+    assert report.startswith(
+        "out of memory: asked for 3638.0 TiB at <module> (cell In[11]:3) with 138.7 GiB free; 365.1 MiB allocated then"
+    )
     assert "<module> (cell In[10]:10) 64.0 MiB" in report
     assert "out of memory asking for 3638.0 TiB" in describe(iv)
 
@@ -48,10 +54,77 @@ def test_no_oom_no_report_and_the_dashboard_says_it_in_the_step():
     s = Session()
     s.add(interval(1, 0, 10, 0))
     failed = interval(2, 0, 20, 0, error="OutOfMemoryError")
-    failed.oom = {"requested": 1 << 40, "device_free": 1 << 20, "allocated": 20, "by_category": None, "sites": []}
+    failed.oom = {
+        "requested": 1 << 40,
+        "site": None,
+        "device_free": 1 << 20,
+        "allocated": 20,
+        "by_category": None,
+        "sites": [],
+    }
     s.add(failed)
     assert s.intervals[0].oom is None and oom_report(s.intervals[0]) is None
     d = Dashboard(s)
     assert "out of memory: asked for 1.0 TiB with 1.0 MiB free" in d.error.value
     d.step.value = 0
     assert d.error.value == ""
+
+
+PiB = 1 << 50
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cpu(shell):
+    shell.run_cell("import torch")
+    shell.run_line_magic("memsnap", "config device=cpu wait=true")
+    return shell
+
+
+def test_a_cpu_cell_that_runs_out_of_memory_gets_the_report(cpu, capsys):
+    cpu.run_cell("def grow(n):\n    return torch.empty(n, dtype=torch.uint8)")
+    res = cpu.run_cell("%%memsnap step=1\nheld = torch.ones(2 * 2**20)\nbig = grow(2**50)\n")
+    # the cell fails as it would without the magic: PyTorch's own error, unchanged
+    assert type(res.error_in_exec) is RuntimeError and "DefaultCPUAllocator" in str(res.error_in_exec)
+    (iv,) = session().intervals
+    assert iv.error == "RuntimeError"
+    assert iv.oom["requested"] == PiB
+    assert iv.oom["site"] == "grow (cell In[1]:2)"  # the line whose call asked, innermost
+    assert iv.oom["allocated"] == iv.baseline_allocated + 8 * MiB
+    assert iv.oom["sites"][0][:2] == ["<module> (cell In[1]:2)", 8 * MiB]  # (the test shell numbers every cell 1)
+    assert iv.oom["device_free"] is None or iv.oom["device_free"] > 0
+    assert "out of memory asking for 1024.0 TiB" in capsys.readouterr().out
+    assert oom_report(iv).startswith("out of memory: asked for 1024.0 TiB at grow (cell In[1]:2)")
+    # the file says the same, read back from the snapshot and from its summary
+    (entry,) = [e for e in load_snapshot(iv.path)["device_traces"][0] if e["action"] == "oom"]
+    assert entry["size"] == PiB and entry["user_metadata"] == "memsnap step 1"
+    assert entry["frames"][0]["name"] == "grow"
+    assert Path(str(iv.path) + ".summary.json").is_file()
+    (from_summary,) = read_run([iv.path])
+    assert interval_from_snapshot(load_snapshot(iv.path)).oom == from_summary.oom == iv.oom
+
+
+def test_a_wrapped_allocator_failure_is_found_and_other_errors_are_not_oom(tmp_path):
+    import torch
+
+    from memsnap_magic import Recorder
+
+    recorded = {"device": "cpu", "out": tmp_path, "namespace": {}, "wait": True}
+    with pytest.raises(ValueError, match="the batch did not fit"), Recorder(step=1, **recorded):
+        try:
+            torch.empty(PiB, dtype=torch.uint8)
+        except RuntimeError as e:
+            raise ValueError("the batch did not fit") from e
+    with pytest.raises(RuntimeError, match="inconsistent tensor size"), Recorder(step=2, **recorded):
+        torch.ones(3) @ torch.ones(4)
+    first, second = session().intervals
+    assert first.oom["requested"] == PiB and first.error == "ValueError"
+    assert second.oom is None and second.error == "RuntimeError"
+
+
+def test_an_allocator_failure_the_cell_caught_leaves_no_report_on_the_cpu(cpu):
+    """The CPU allocator raises and tells nobody else (accelerators record their own ``oom``
+    entry): a failure the cell's own code handles is not seen (README, OOM reports)."""
+    cpu.run_cell("%%memsnap step=1\ntry:\n    torch.empty(2**50, dtype=torch.uint8)\nexcept RuntimeError:\n    pass")
+    (iv,) = session().intervals
+    assert iv.error is None and iv.oom is None

@@ -97,6 +97,11 @@ class Backend(ABC):
         """The allocator's own peak since ``begin`` (bytes, rounded), where ``has_allocator_peak``."""
         return None
 
+    def failed_request(self, error: BaseException | None, time_us: int) -> dict[str, Any] | None:
+        """The ``oom`` trace entry for ``error`` where the allocator writes none itself: the CPU
+        allocator raises a ``RuntimeError`` and tells nobody. Accelerators record their own."""
+        return None
+
     def usage(self) -> dict[str, int] | None:
         """What the device (or process) holds now, beyond what the trace sees: ``free``, ``total``
         and ``reserved`` bytes on accelerators, ``rss`` on the CPU; None where it cannot tell."""

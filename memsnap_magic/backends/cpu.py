@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -382,6 +383,18 @@ class CpuBackend(Backend):
             self._profiler.start()
             self._gap = True
 
+    def failed_request(self, error: BaseException | None, time_us: int) -> dict[str, Any] | None:
+        failed = _allocator_failure(error)
+        if failed is None:
+            return None
+        error, requested = failed
+        entry: dict[str, Any] = {"action": "oom", "size": requested, "stream": 0, "time_us": time_us}
+        free = _available_bytes()
+        if free is not None:
+            entry["device_free"] = free
+        entry["frames"] = _traceback_frames(error)
+        return entry
+
     def usage(self) -> dict[str, int] | None:
         rss = _resident_bytes()
         return {"rss": rss} if rss is not None else None
@@ -449,6 +462,52 @@ def _warn_if_huge(events: int, stacks: bool) -> None:
 
 
 TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"
+
+
+# What the CPU allocator raises when malloc fails (c10/core/impl/alloc_cpu.cpp): a RuntimeError
+_ALLOCATOR_FAILED = re.compile(
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d{1,19}) bytes"
+)
+
+
+def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int] | None:
+    """The CPU allocator's out-of-memory error in ``error`` or what it was raised from (a few
+    links: a library may wrap it), and the bytes it asked for."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, RuntimeError):
+            found = _ALLOCATOR_FAILED.search(str(error)[:4096])
+            if found is not None and int(found.group(1)) < 1 << 63:
+                return error, int(found.group(1))
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _available_bytes() -> int | None:
+    """Memory a new allocation could still get (Linux ``MemAvailable``), where the system says."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _traceback_frames(error: BaseException) -> list[dict[str, Any]]:
+    """The failing request's stack, innermost first, in PyTorch's frame format: the traceback
+    runs from the cell down to the line whose call asked for the memory."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append({"filename": code.co_filename, "line": tb.tb_lineno, "name": code.co_name})
+        tb = tb.tb_next
+    return frames[::-1]
 
 
 _STATM: dict[int, int] = {}  # pid -> descriptor of its /proc/self/statm (a fork's child opens its own)
