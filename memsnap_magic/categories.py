@@ -119,6 +119,16 @@ def totals(pairs: list[tuple[Any, int]]) -> dict[str, int] | None:
     return {c: named[c] for c in ranked}
 
 
+_NAMES: dict[str, str] = {}  # the few categories files hold, each cleaned once
+
+
 def category_name(category: Any) -> str:
     """A file's category as a name to show: cleaned text, else ``unknown``."""
-    return clean(category, 64) if type(category) is str and category else UNKNOWN
+    if type(category) is not str or not category:
+        return UNKNOWN
+    name = _NAMES.get(category)
+    if name is None:
+        name = clean(category, 64)
+        if len(_NAMES) < 64 and len(category) <= 64:  # a hostile file's million names are not kept
+            _NAMES[category] = name
+    return name

@@ -218,7 +218,10 @@ def _site_namer() -> Callable[[dict[str, Any]], str]:
     memo: Kinds = {}
 
     def name(b: dict[str, Any]) -> str:
-        key = id(b.get("frames"))
+        frames = b.get("frames")
+        if not frames:  # what it says depends on the block, not on a shared list
+            return site(b)
+        key = id(frames)
         found = named.get(key)
         if found is None:
             found = named[key] = site(b, memo)

@@ -132,6 +132,8 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     """The frames ``frame_lines`` reads, as plain ``filename``/``line``/``name`` dicts of str and
     int ("?" and 0 where a file gave something else): what a summary file keeps of a stack, so a
     summary read back shows exactly the lines its snapshot did."""
+    if not frames:  # most blocks of a CPU step: those live before it
+        return []
     frames = _frames(frames)
     outer = next((i for i, f in enumerate(frames) if _runs_cells(f)), len(frames))
     plain = []
@@ -144,7 +146,8 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
 
 def site(block: dict[str, Any], memo: Kinds | None = None) -> str:
     """Where a block was allocated: its first readable frame, or why it has none."""
-    lines = frame_lines(block.get("frames") or [], limit=1, memo=memo)
+    frames = block.get("frames")
+    lines = frame_lines(frames, limit=1, memo=memo) if frames else None
     if lines:
         return lines[0]
     return "(no stack: live before the snapshot's window)" if block.get("before") else "(no stack recorded)"
