@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
 from .notice import blamed_on, caller_outside, warn
-from .state import STATE
+from .state import STATE, ChainSteps
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,7 +105,6 @@ class Recorder:
         self._rank = 0
         self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
-        self._training: tuple[list[Any], list[Any]] = ([], [])
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
         self._began_us = 0  # when the step being recorded began (µs since the epoch)
 
@@ -148,14 +147,16 @@ class Recorder:
                 stacklevel=2,
             )
             backend.end(keep=False)
-            STATE.chain_marks.pop(backend.device, None)
+            STATE.chain_steps.pop(backend.device, None)
         backend.configure(o)
         self._rank = resolve_rank(o.rank)
-        self._training = self._training_objects()
+        training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
-                self._watch = self._quietly(self._new_watch, backend)  # before: its walks stay out of the trace
+                self._watch = self._quietly(
+                    self._new_watch, backend, training
+                )  # before: its walks stay out of the trace
                 self._usage = self._quietly(backend.usage)
                 self._began_us = time.time_ns() // 1000
                 backend.begin(fresh=False, namespace=self._reach())
@@ -209,7 +210,7 @@ class Recorder:
                     STATE.chains[self._backend.device] = self.options.run or ""
                 else:
                     STATE.chains.pop(self._backend.device, None)
-                    STATE.chain_marks.pop(self._backend.device, None)
+                    STATE.chain_steps.pop(self._backend.device, None)
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""
@@ -308,10 +309,20 @@ class Recorder:
         modules, optimizers = self._quietly(training_objects, self.namespace) or ([], [])
         return found.get("model", modules), found.get("optimizer", optimizers)
 
-    def _new_watch(self, backend: Backend) -> Watch:
-        from .roles import Watch
+    def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch:
+        """A watch over the models and optimizers ``training`` (found again when not given)."""
+        from .roles import Watch, training_objects
 
-        return Watch(backend.device, *self._training)
+        if training is None:
+            training = self._training_objects()
+        named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
+        return Watch(
+            backend.device,
+            *training,
+            named_model="model" in named,
+            named_optimizer="optimizer" in named,
+            rediscover=None if len(named) == 2 else functools.partial(training_objects, self.namespace),
+        )
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -361,17 +372,21 @@ class Recorder:
         if failed is not None:  # before labelling: the entry is marked like the others
             snap["device_traces"][trace_index(backend.device)].append(failed)
         roles = self._quietly(watch.finish) if watch is not None else None  # recording is off here
+        # a clear=false history holds the steps before this one: each entry says which it came from,
+        # and their blocks take the roles seen while those steps ran
+        before = STATE.chain_steps.pop(backend.device, None) or ChainSteps()
+        if roles is not None and before.timed:
+            roles.timed[:0] = before.timed
         if roles:
             from .categories import label_snapshot
 
             self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
-        # a clear=false history holds the steps before this one: each entry says which it came from
-        marks = [*STATE.chain_marks.get(backend.device, []), (self._began_us, step_mark(step, o.run))]
+        marks = [*before.marks, (self._began_us, step_mark(step, o.run))]
         self._quietly(stamp, snap, trace_index(backend.device), marks)
         if keep:
-            STATE.chain_marks[backend.device] = marks
-        else:
-            STATE.chain_marks.pop(backend.device, None)
+            timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed
+            timed = [(t, seen) for t, seen in timed if seen]
+            STATE.chain_steps[backend.device] = ChainSteps(marks, timed)
         meta = Meta(
             step=step,
             rank=self._rank,

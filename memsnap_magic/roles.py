@@ -1,17 +1,18 @@
 """Which storages are parameters, gradients and optimizer state, seen where the recorder can see
-them: at an interval's start and end, and at every step of an optimizer it knows of (gradients
+them: at an interval's start and end, and at every optimizer step (gradients
 made by ``backward`` and dropped by ``zero_grad`` inside one step are alive at the optimizer's
 step, whichever order the loop runs in). ``categories`` then labels the snapshot's blocks.
 
 Models and optimizers are the ones named (``%%memsnap model=net optimizer=opt``,
 ``Recorder(model=..., optimizer=...)``), else every ``nn.Module`` and ``Optimizer`` bound to a
-name in the cell's namespace.
+name in the cell's namespace at its start or end.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ class Roles:
     end: Storages = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.start or self.timed or self.end)
+        return bool(self.start or self.end or any(seen for _, seen in self.timed))
 
 
 def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -52,39 +53,76 @@ class Watch:
 
     Made before recording starts and finished after it stops, so the walks over modules stay out
     of the trace (on the CPU route the profiler's Python tracer would record every call). The
-    step hook runs while recording: it reads only the gradients of the optimizer's parameters on
-    this device, a few C calls each; the optimizer's state outlives the step, so the end sees it.
+    step hook (PyTorch's global one: optimizers made inside the cell step through it too) runs
+    while recording: it reads only the gradients of the stepping optimizer's parameters on this
+    device, a few C calls each; the optimizer's state outlives the step, so the end sees it.
+
+    Models and optimizers are held weakly: ``del model`` in the cell frees it as it would
+    without us. ``named_model``/``named_optimizer``: only the named one counts (its parameters'
+    gradients, its steps); else ``rediscover()`` adds those bound by the end (made in the cell).
     """
 
-    def __init__(self, device: str, modules: list[Any], optimizers: list[Any]) -> None:
+    def __init__(
+        self,
+        device: str,
+        modules: list[Any],
+        optimizers: list[Any],
+        *,
+        named_model: bool = False,
+        named_optimizer: bool = False,
+        rediscover: Callable[[], tuple[list[Any], list[Any]]] | None = None,
+    ) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
         self.device = device
-        self.modules, self.optimizers = modules, optimizers
+        self._torch_device, self._strided = torch.device(device), torch.strided
+        self._modules, self._optimizers = _refs(modules), _refs(optimizers)
+        self._named_model, self._named_optimizer = named_model, named_optimizer
+        self._rediscover = rediscover
+        # the named model's parameters (ids: the hook must not keep them alive), the named optimizer
+        self._param_ids = {id(p) for m in modules for p in m.parameters()} if named_model else None
+        self._stepping = {id(o) for o in optimizers} if named_optimizer else None
         start = self.storages()
         # also a moment like an optimizer step's: a clear=false snapshot holds blocks made in the
         # steps before, which the start saw in their roles
         self.roles = Roles(start=start, timed=[(time.time_ns() // 1000, start)] if start else [])
-        here = [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
-        self._params = [p for p in here if _device(p) == device]
-        self._handles = [opt.register_step_pre_hook(self._at_step) for opt in optimizers]
+        self._handle: Any = register_optimizer_step_pre_hook(self._at_step)
 
     def _at_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._stepping is not None and id(optimizer) not in self._stepping:
+            return
         seen: Storages = {}
-        for p in self._params:
-            grad = p.grad
-            if grad is not None:
-                storage = grad.untyped_storage()
-                seen[storage.data_ptr()] = (storage.nbytes(), GRADIENT)
+        only, device, strided = self._param_ids, self._torch_device, self._strided
+        try:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    grad = p.grad
+                    if grad is None or grad.layout != strided or grad.device != device:
+                        continue  # sparse gradients have no storage to match
+                    if only is not None and id(p) not in only:
+                        continue
+                    storage = grad.untyped_storage()
+                    seen[storage.data_ptr()] = (storage.nbytes(), GRADIENT)
+        except Exception:  # a subclass or layout we cannot read: never a failure of the user's step
+            pass
         self.roles.timed.append((time.time_ns() // 1000, seen))
 
     def detach(self) -> None:
-        """Take the hooks off the optimizers (the interval is over, or failed)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        """Take the hook off (the interval is over, or failed)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
     def finish(self) -> Roles:
-        """The end's storages, the hooks removed."""
+        """The end's storages (with the models and optimizers bound by then), the hook removed."""
         self.detach()
+        if self._rediscover is not None:
+            modules, optimizers = self._rediscover()
+            if not self._named_model:
+                self._modules = _refs([*_alive(self._modules), *modules])
+            if not self._named_optimizer:
+                self._optimizers = _refs([*_alive(self._optimizers), *optimizers])
         self.roles.end = self.storages()
         return self.roles
 
@@ -92,28 +130,51 @@ class Watch:
         """Address -> (bytes, category) of every parameter, gradient and optimizer-state storage on
         this device, now."""
         found: Storages = {}
-        params = {id(p): p for m in self.modules for p in m.parameters()}
-        for opt in self.optimizers:
-            for group in opt.param_groups:
-                params.update((id(p), p) for p in group["params"])
+        optimizers = _alive(self._optimizers)
+        params = {id(p): p for m in _alive(self._modules) for p in m.parameters()}
+        if not self._named_model:  # a named model's are the parameters; else every optimizer's too
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    params.update((id(p), p) for p in group["params"])
         for p in params.values():
             self._add(found, p, PARAMETER)
             if p.grad is not None:
                 self._add(found, p.grad, GRADIENT)
-        for opt in self.optimizers:
+        for opt in optimizers:
             for state in opt.state.values():
                 for value in state.values() if isinstance(state, dict) else ():
-                    self._add(found, value, OPTIMIZER_STATE)
+                    # LBFGS keeps its history as lists of tensors
+                    for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                        self._add(found, tensor, OPTIMIZER_STATE)
         return found
 
     def _add(self, found: Storages, tensor: Any, category: str) -> None:
         import torch
 
-        if not isinstance(tensor, torch.Tensor) or tensor.is_sparse or _device(tensor) != self.device:
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or _device(tensor) != self.device:
             return
-        storage = tensor.untyped_storage()
-        if storage.nbytes():
-            found.setdefault(storage.data_ptr(), (storage.nbytes(), category))
+        try:
+            storage = tensor.untyped_storage()
+            nbytes, ptr = storage.nbytes(), storage.data_ptr()
+        except Exception:  # a subclass without a storage of its own (DTensor, fake tensors)
+            return
+        if nbytes:
+            found.setdefault(ptr, (nbytes, category))
+
+
+def _refs(objects: Iterable[Any]) -> list[Callable[[], Any]]:
+    """Weak references where the object takes one (a strong one for the rare class that does not)."""
+    refs: list[Callable[[], Any]] = []
+    for o in _unique(objects):
+        try:
+            refs.append(weakref.ref(o))
+        except TypeError:
+            refs.append(lambda o=o: o)
+    return refs
+
+
+def _alive(refs: list[Callable[[], Any]]) -> list[Any]:
+    return [o for o in (r() for r in refs) if o is not None]
 
 
 def _device(tensor: Any) -> str:

@@ -9,6 +9,7 @@ warnings already given. At import it needs only ``notice`` of ours (the session 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .notice import warn
@@ -27,6 +28,16 @@ class Marked(Protocol):
     def mark_step(self, step: int) -> None: ...
 
 
+@dataclass
+class ChainSteps:
+    """The earlier steps of a clear=false history, which its next snapshot holds too: when each
+    began and its mark (entries are stamped with their own step), and the roles seen at moments
+    of those steps (an optimizer step's gradients), so their blocks are labelled as they were."""
+
+    marks: list[tuple[int, str]] = field(default_factory=list)  # (start_us, mark)
+    timed: list[tuple[int, Any]] = field(default_factory=list)  # (time_us, roles.Storages)
+
+
 class State:
     def __init__(self) -> None:
         self._session: Session | None = None
@@ -37,8 +48,8 @@ class State:
         self.warned: set[str] = set()  # keys of the one-time warnings already given
         self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
         self.chains: dict[str, str] = {}  # device -> the run whose clear=false history it goes on recording
-        # device -> (start_us, mark) of each step the clear=false history recording there holds
-        self.chain_marks: dict[str, list[tuple[int, str]]] = {}
+        # device -> the steps the clear=false history recording there holds so far
+        self.chain_steps: dict[str, ChainSteps] = {}
         self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
 
     @property
@@ -62,7 +73,7 @@ class State:
                     backend.end(keep=False)
                     stopped.append(name)
                     self.chains.pop(name, None)
-                    self.chain_marks.pop(name, None)
+                    self.chain_steps.pop(name, None)
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
         if failures:
@@ -88,7 +99,7 @@ class State:
         self.recording_kinds.clear()
         self.last_end.clear()
         self.chains.clear()
-        self.chain_marks.clear()
+        self.chain_steps.clear()
         self._session = None
         self.live_dashboard = None
 

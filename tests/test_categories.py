@@ -3,6 +3,8 @@ known answers on the CPU, in the dump the way memory_viz reads it."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -63,14 +65,23 @@ def test_a_clear_false_history_labels_what_its_earlier_steps_made(tmp_path):
     model, opt, x, y = _mlp()
     P = sum(p.numel() * p.element_size() for p in model.parameters())
     ns = {"model": model, "opt": opt, "x": x, "y": y}
-    for step, clear in ((1, False), (2, True)):
-        with Recorder(device="cpu", out=tmp_path, step=step, namespace=ns, clear=clear):
+    for step, clear in ((1, False), (2, False), (3, True)):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=ns, clear=clear, wait=True):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
-    one, two = session().intervals
-    assert one.by_category_at_peak["gradient"] == P
-    assert two.by_category_at_peak["gradient"] == P and sum(two.by_category_at_peak.values()) == two.peak_allocated
+    for iv in session().intervals:
+        assert iv.by_category_at_peak["gradient"] == P
+        assert sum(iv.by_category_at_peak.values()) == iv.peak_allocated
+    # the closing file holds all three steps: each step's gradients as gradients, not activations
+    # (steps 1's only the first watch saw at an optimizer step)
+    grads = Counter(
+        e["user_metadata"]
+        for e in load_snapshot(session().intervals[-1].path)["device_traces"][0]
+        if e["action"] == "alloc" and e["category"] == "gradient"
+    )
+    n = len(list(model.parameters()))  # zero_grad() dropped them: each backward makes them anew
+    assert grads == {"memsnap step 1": n, "memsnap step 2": n, "memsnap step 3": n}
 
 
 def test_named_models_and_bad_names(shell):
@@ -114,6 +125,77 @@ def test_optimizer_hooks_come_off_whatever_happens(tmp_path):
     P = sum(p.nbytes for p in model.parameters())
     assert iv.error == "RuntimeError" and iv.by_category["gradient"] == P
     assert iv.by_category["parameter"] == P  # given as objects, they are found without a namespace
+
+
+def test_the_watch_keeps_no_model_or_optimizer_alive(shell):
+    """``del model, opt`` inside the cell frees them there, as without the magic."""
+    shell.run_cell(
+        "import torch, weakref, gc\nmodel = torch.nn.Linear(512, 512)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+        "model(torch.ones(1, 512)).sum().backward(); opt.step()\nsize = 3 * sum(p.nbytes for p in model.parameters())"
+    )
+    cell = (
+        "%%memsnap step=1 device=cpu\nw = weakref.ref(model.weight)\ndel model, opt\ngc.collect()\ngone = w() is None"
+    )
+    assert shell.run_cell(cell).success
+    assert shell.user_ns["gone"] is True
+    (iv,) = session().intervals
+    assert iv.kept == -shell.user_ns["size"] and not iv.by_category
+
+
+def test_a_model_and_optimizer_made_or_replaced_in_the_cell_are_labelled(shell):
+    shell.run_cell(
+        "import torch\ndef fresh():\n    m = torch.nn.Linear(256, 256)\n    return m, torch.optim.Adam(m.parameters())\n"
+        "def train(m, o):\n    m(torch.ones(4, 256)).sum().backward(); o.step()\nmodel, opt = fresh(); train(model, opt)"
+    )
+    P = (256 * 256 + 256) * 4
+    state = 2 * P + 2 * 4  # exp_avg, exp_avg_sq and a float32 step per parameter
+    # replaced: the old model dies in the cell, the new one is labelled; made: the first cell of a notebook
+    for step, cell in ((1, "model, opt = fresh(); train(model, opt)"), (2, "del model, opt\nnet, adam = fresh()")):
+        assert shell.run_cell(f"%%memsnap step={step} device=cpu\n{cell}").success
+    assert shell.run_cell("%%memsnap step=3 device=cpu\ntrain(net, adam)").success
+    one, two, three = session().intervals
+    assert one.by_category == {"parameter": P, "gradient": P, "optimizer_state": state}
+    assert one.end_allocated == P + P + state  # the old model and its optimizer are not counted
+    assert two.by_category == {"parameter": P}
+    # an optimizer made in a cell steps through the global hook: zero_grad order does not matter
+    assert three.by_category == {"parameter": P, "gradient": P, "optimizer_state": state}
+
+
+def test_sparse_gradients_and_lbfgs_history(shell):
+    """A sparse gradient has no storage to match (it must not fail the step); LBFGS keeps its
+    history in lists of tensors, which are optimizer state."""
+    shell.run_cell(
+        "import torch\nemb = torch.nn.Embedding(1000, 64, sparse=True)\nsgd = torch.optim.SGD(emb.parameters(), lr=0.1)"
+    )
+    res = shell.run_cell("%%memsnap step=1 device=cpu\nemb(torch.tensor([1, 2, 3])).sum().backward(); sgd.step()")
+    assert res.success, res.error_in_exec
+    shell.run_cell(
+        "del emb, sgd\nlin = torch.nn.Linear(64, 64)\nlbfgs = torch.optim.LBFGS(lin.parameters(), history_size=5)\n"
+        "x = torch.randn(32, 64)\n"
+        "def closure():\n    lbfgs.zero_grad(); loss = lin(x).pow(2).mean(); loss.backward(); return loss"
+    )
+    assert shell.run_cell("%%memsnap step=2 device=cpu\nfor _ in range(3):\n    lbfgs.step(closure)").success
+    state = shell.run_cell(
+        "{id(t.untyped_storage()): t.untyped_storage().nbytes() for v in lbfgs.state.values() "
+        "for x in v.values() for t in (x if isinstance(x, list) else [x]) "
+        "if isinstance(t, torch.Tensor)}"
+    ).result
+    _, two = session().intervals
+    assert two.by_category["optimizer_state"] == sum(state.values()) > 5 * 64 * 65 * 4
+
+
+def test_a_named_model_alone_is_labelled_not_another_optimizers_parameters(shell):
+    shell.run_cell(
+        "import torch\ngen, disc = torch.nn.Linear(64, 64), torch.nn.Linear(256, 256)\n"
+        "opt_g, opt_d = torch.optim.SGD(gen.parameters()), torch.optim.SGD(disc.parameters())"
+    )
+    cell = "%%memsnap step=1 device=cpu model=gen\nfor m, o in ((gen, opt_g), (disc, opt_d)):\n"
+    cell += "    m(torch.ones(2, m.in_features)).sum().backward(); o.step()"
+    assert shell.run_cell(cell).success
+    (iv,) = session().intervals
+    G = (64 * 64 + 64) * 4
+    assert iv.by_category["parameter"] == iv.by_category["gradient"] == G
 
 
 # label() on traces of our own: one role seen while a block lived names that block only
