@@ -66,10 +66,17 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     from .scan import in_step_order, read_run
     from .session_state import Session
 
-    loaded = []
+    unnamed, named_runs = [], []
     for given in paths:
         named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
-        run, path = (named.group(1), named.group(2)) if named and not Path(given).exists() else (None, given)
+        if named and not Path(given).exists():
+            named_runs.append((named.group(1), named.group(2)))
+        else:
+            unnamed.append(given)
+    # the unnamed together, as %memsnap load reads them: files without a step are numbered on
+    # across them (a.pickle b.pickle are steps 1 and 2), and two folders of one run are refused
+    loaded = read_run(unnamed, None, progress=sys.stderr.isatty(), jobs=jobs) if unnamed else []
+    for run, path in named_runs:
         loaded += read_run([path], run, progress=sys.stderr.isatty(), jobs=jobs)
     s = Session()
     skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
@@ -110,13 +117,28 @@ def _group_label(key: Group, keys: list[Group]) -> str:
     return " · ".join(parts)
 
 
+def _unicode(value: Any) -> Any:
+    """Text as valid Unicode for strict JSON: a file name's undecodable bytes (held as lone
+    surrogates) become ``\\xff`` escapes, as a terminal shows them; other values unchanged."""
+    if not isinstance(value, str) or value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        try:
+            return os.fsencode(value).decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no file name decodes to
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def cmd_summarize(args: argparse.Namespace) -> None:
     s = _session(args.paths, args.jobs or default_jobs())
     groups, found = _leak_sites(s)
     if args.json:
         records = []
         for iv, rec in zip(s.intervals, s.to_records()):
-            row = {k: rec[k] for k in _RECORD_KEYS}
+            row = {k: _unicode(rec[k]) for k in _RECORD_KEYS}
             key = (iv.run, iv.rank, iv.device)
             row["leak_sites"] = [leak.site for g, leak in found if g == key and iv.step in leak.steps]
             records.append(row)
@@ -294,6 +316,9 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for name in ("stdout", "stderr"):  # started with the stream closed (`>&-`): output goes nowhere
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (for the life of the process)
     args = build_parser().parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # an ASCII terminal gets \xb1 for ±, not a traceback
         if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":

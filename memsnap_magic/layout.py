@@ -28,9 +28,10 @@ META_KEY = "memsnap"
 # a file name's start: never hidden, never ".."; letters and digits of any script (runs/mémoire)
 TAG_PATTERN = r"\w[\w.-]{0,99}"
 MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
-_STEP = re.compile(r"^step(\d{1,9})$")
-_RANK = re.compile(r"(?:^|_)rank(\d{1,9})(?=[_.-]|$)")
-_TAG = re.compile(rf"^({TAG_PATTERN})_rank\d{{1,9}}(?=[_.-]|$)")
+# ASCII digits only: \d would read step٣ (Arabic-Indic) as step 3
+_STEP = re.compile(r"^step([0-9]{1,9})$")
+_RANK = re.compile(r"(?:^|_)rank([0-9]{1,9})(?=[_.-]|$)")
+_TAG = re.compile(rf"^({TAG_PATTERN})_rank[0-9]{{1,9}}(?=[_.-]|$)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -226,15 +227,16 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
 def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Files as given, folders searched recursively for ``*.pickle``/``*.pkl``, in natural order.
 
-    Inside folders, hidden names (``.name``: half-written temporaries among them) are skipped."""
+    Inside folders, hidden names (``.name``, files and folders: half-written temporaries among
+    them) are skipped; linked folders are followed, each folder once (a link back up ends there).
+    A folder that cannot be read is an error, as a bad file is: nothing is left out unsaid."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
+        if not os.fspath(raw):  # Path("") is the working directory: an unset $DIR, not a wish
+            raise SnapshotError("'': no such file or folder (an empty path)")
         if path.is_dir():
-            inside = sorted(
-                (p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file() and not p.name.startswith(".")),
-                key=_natural,
-            )
+            inside = _inside(path)
             if not inside:
                 raise SnapshotError(f"{path}: no *.pickle snapshots in this folder")
             found += inside
@@ -247,5 +249,28 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
+def _inside(folder: Path) -> list[Path]:
+    def refuse(error: OSError) -> None:
+        raise SnapshotError(f"{error.filename or folder}: cannot read this folder ({error.strerror or error})")
+
+    found, seen = [], set()
+    for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=True):
+        try:
+            st = os.stat(root)
+        except OSError as e:
+            refuse(e)
+        if (st.st_dev, st.st_ino) in seen:  # reached again through a link
+            dirs.clear()
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if not name.startswith(".") and os.path.splitext(name)[1] in SUFFIXES:
+                p = Path(root, name)
+                if p.is_file():
+                    found.append(p)
+    return sorted(found, key=_natural)
+
+
 def _natural(path: Path) -> list[Any]:
-    return [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", str(path))]
+    return [int(part) if part.isascii() and part.isdigit() else part for part in re.split(r"([0-9]+)", str(path))]

@@ -168,6 +168,8 @@ class MemsnapMagics(Magics):
             loaded = read_run(paths, run, progress=True, jobs=default_jobs())
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
+        except OSError as e:  # a folder on the way that cannot be entered, a name too long
+            raise UsageError(f"%memsnap load: {one_line(f'{e.filename or rest}: {e.strerror or e}')}") from None
         for iv in loaded:  # still the same files after a %cd
             if iv.path is not None and not iv.path.is_absolute():
                 iv.path = Path.cwd() / iv.path

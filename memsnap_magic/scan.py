@@ -149,6 +149,26 @@ def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[
     return sorted(intervals, key=lambda iv: (first[iv.run], iv.step, iv.rank, iv.end_us or 0))
 
 
+def _folders_apart(paths: Sequence[str | os.PathLike[str]], loaded: list[Interval]) -> None:
+    """Two folders given that hold the same step of the same run (``exp1/profile`` and
+    ``exp2/profile``: both the run "profile") would merge, one file hiding the other: refused.
+    Files given one by one may repeat a step (a kernel restarted): the newer stands, as said."""
+    folders = [Path(p) for p in paths if os.path.isdir(p)]
+    if len(folders) < 2:
+        return
+    seen: dict[tuple[Any, ...], Path] = {}
+    for iv in loaded:
+        where = next((f for f in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
+        if where is None:
+            continue
+        other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), where)
+        if other != where:
+            raise SnapshotError(
+                f"{other} and {where} both hold step {iv.step} rank {iv.rank} of the run {iv.run!r}: "
+                "give each its own run name (memsnap: NAME=FOLDER; %memsnap load: one folder at a time, as=NAME)"
+            )
+
+
 def read_run(
     paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int = 1
 ) -> list[Interval]:
@@ -158,6 +178,7 @@ def read_run(
     In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
     the cumulative figures are what a never-cleared recording would have shown step by step."""
     loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs), by_time=True)
+    _folders_apart(paths, loaded)
     if name is not None:
         runs = sorted({iv.run for iv in loaded})
         if len(runs) > 1:

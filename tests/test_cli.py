@@ -98,6 +98,7 @@ def test_diff_names_the_site_that_grew(verl_folder, capsys):
         (["summarize", "--jobs", "0", "x"], "--jobs/-j: '0': give a whole number of 1 or more"),
         (["diff", "--top", "-1", "a", "b"], "--top: '-1': give a whole number of 0 or more"),
         (["diff", "/", "/"], "diff /: a folder; diff compares two snapshot files"),
+        (["summarize", ""], "'': no such file or folder"),  # an unset $DIR: not the working directory
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, words):
@@ -181,3 +182,95 @@ def test_a_terminal_that_cannot_encode_gets_escapes_not_a_traceback():
     )
     assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
     assert "\\xb10 B" in out.stdout  # the table's ±, escaped
+
+
+def _bare(path, size):
+    """A dump with no memsnap block and no step folder: its step is its place among the files."""
+    dump_snapshot(snapshot(alloc(0x1000, size), {0x1000: size}), path)
+    return str(path)
+
+
+def test_files_given_one_by_one_are_numbered_on_across_them(tmp_path, capsys):
+    a, b = _bare(tmp_path / "a.pickle", 1024), _bare(tmp_path / "b.pickle", 2048)
+    assert main(["summarize", a, b, "--json"]) == 0
+    assert [(r["step"], r["peak_allocated"]) for r in json.loads(capsys.readouterr().out)] == [(1, 1024), (2, 2048)]
+
+
+def test_two_folders_of_one_run_name_are_refused_not_merged(tmp_path, capsys, shell):
+    for exp in ("exp1", "exp2"):
+        _bare(tmp_path / exp / "profile" / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    one, two = (str(tmp_path / exp / "profile") for exp in ("exp1", "exp2"))
+    assert main(["summarize", one, two]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "both hold step 1 rank 0 of the run 'profile'" in err and "NAME=FOLDER" in err
+    assert main(["summarize", f"a={one}", f"b={two}", "--json"]) == 0
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)] == ["a", "b"]
+    with pytest.raises(UsageError, match="both hold step 1"):
+        shell.run_line_magic("memsnap", f"load {one} {two}")
+    assert session().intervals == []
+
+
+def test_folders_are_searched_through_links_hidden_ones_skipped_each_once(tmp_path, capsys):
+    run = tmp_path / "run"
+    _bare(run / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    _bare(tmp_path / "elsewhere" / "step2" / "torch_memory_rank0_pid1.pickle", 2048)
+    (run / "step2").symlink_to(tmp_path / "elsewhere" / "step2")
+    (run / "step1" / "back").symlink_to(run)  # a loop: each folder is read once
+    _bare(run / ".trash" / "step3" / "torch_memory_rank0_pid1.pickle", 4096)
+    _bare(run / "step\u0669" / "torch_memory_rank0_pid1.pickle", 8192)  # step٩: not an ASCII step 9
+    assert main(["summarize", str(run), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["peak_allocated"] for r in records] == [1024, 2048, 8192]
+    assert [r["step"] for r in records[:2]] == [1, 2] and records[2]["step"] != 9
+
+
+def test_an_unreadable_folder_is_one_line_in_the_cli_and_a_usage_error_in_load(tmp_path, shell):
+    import os
+
+    if os.geteuid() == 0 and subprocess.run(["setpriv", "--help"], capture_output=True).returncode != 0:
+        pytest.skip("root without setpriv: permissions are not enforced")
+    locked = tmp_path / "runs"
+    _bare(locked / "locked" / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    (locked / "locked").chmod(0)
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "from IPython.core.error import UsageError\nsh = InteractiveShell.instance()\n"
+        "sh.run_line_magic('load_ext', 'memsnap_magic')\n"
+        "try:\n    sh.run_line_magic('memsnap', 'load ' + sys.argv[1])\n"
+        "except UsageError as e:\n    print('UsageError:', e)\n"
+        "from memsnap_magic.cli import main\nsys.exit(main(['summarize', sys.argv[1]]))"
+    )
+    drop = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    prefix = ["setpriv", *drop] if os.geteuid() == 0 else []
+    try:
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-c", code, str(locked)], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        (locked / "locked").chmod(0o755)
+    assert "UsageError: %memsnap load: " in proc.stdout and "Permission denied" in proc.stdout
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read this folder" in proc.stderr
+
+
+def test_json_is_valid_unicode_for_any_file_name_and_a_closed_stdout_is_no_error(tmp_path):
+    import os
+
+    odd = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"step1", b"t\xff_rank0.pickle"))
+    _bare(odd, 1024)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", "--json", str(tmp_path)], capture_output=True
+    )
+    assert proc.returncode == 0
+    text = proc.stdout.decode("utf-8")  # strict: no lone surrogate, escaped or not
+    assert "\\udc" not in text and "\\ud" not in text
+    (record,) = json.loads(text)
+    assert record["path"].endswith("t\\xff_rank0.pickle")
+    closed = subprocess.run(
+        [sys.executable, "-m", "memsnap_magic", "summarize", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert closed.returncode == 0 and b"Traceback" not in closed.stderr
