@@ -145,8 +145,10 @@ def test_the_watch_keeps_no_model_or_optimizer_alive(shell):
 
 def test_a_model_and_optimizer_made_or_replaced_in_the_cell_are_labelled(shell):
     shell.run_cell(
-        "import torch\ndef fresh():\n    m = torch.nn.Linear(256, 256)\n    return m, torch.optim.Adam(m.parameters())\n"
-        "def train(m, o):\n    m(torch.ones(4, 256)).sum().backward(); o.step()\nmodel, opt = fresh(); train(model, opt)"
+        "import torch\ndef fresh():\n    m = torch.nn.Linear(256, 256)\n"
+        "    return m, torch.optim.Adam(m.parameters())\n"
+        "def train(m, o):\n    m(torch.ones(4, 256)).sum().backward(); o.step()\n"
+        "model, opt = fresh(); train(model, opt)"
     )
     P = (256 * 256 + 256) * 4
     state = 2 * P + 2 * 4  # exp_avg, exp_avg_sq and a float32 step per parameter
