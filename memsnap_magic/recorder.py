@@ -429,7 +429,11 @@ class Recorder:
             if self.report is not None:
                 self._quietly(self.report, iv, previous)
         if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
-            WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path))
+            try:  # blocks while the write before waits: a Ctrl-C there means no file
+                WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path))
+            except BaseException:
+                iv.path = None
+                raise
 
     @staticmethod
     def _write_now(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, iv: Interval | None) -> None:

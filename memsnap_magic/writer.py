@@ -9,7 +9,8 @@ it.
 the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
 on a normal exit and a user's next cell never races our write. A write that fails leaves its
 interval with ``path=None`` and becomes one warning at the next ``wait()``. A hard kill can lose
-what is still pending: the newest file or two.
+what is still pending: the newest file or two. A multiprocessing worker waits as it ends (its
+``os._exit`` runs no ``atexit`` handler, so multiprocessing's own exit finalizers do it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import sys
 import threading
 from typing import Callable
 
@@ -46,6 +48,7 @@ class Writer:
                 self._thread = threading.Thread(target=self._run, name="memsnap-writer", daemon=True)
                 self._pid = os.getpid()
                 self._thread.start()
+                _wait_when_a_worker_ends(self)
         self._queue.put((job, what))
 
     def wait(self) -> None:
@@ -71,6 +74,14 @@ class Writer:
             if message is not None:
                 with self._lock:
                     self._failures.append(message)
+
+
+def _wait_when_a_worker_ends(writer: Writer) -> None:
+    """A multiprocessing worker (forked, Linux's default) ends through ``os._exit``, which runs
+    no ``atexit`` handler: its exit runs multiprocessing's finalizers instead."""
+    util = sys.modules.get("multiprocessing.util")  # a worker has it; nothing is imported for it
+    if util is not None:
+        util.Finalize(None, writer.wait, exitpriority=100)
 
 
 WRITER = Writer()

@@ -237,6 +237,25 @@ def test_a_second_interrupt_while_dumping_keeps_the_cells_outcome(shell, monkeyp
     assert recorder_module.STATE.recording_devices() == []
 
 
+def test_an_interrupt_handing_the_snapshot_to_a_busy_writer_leaves_no_path(shell, monkeypatch):
+    """The hand-over blocks while the write before is pending: a Ctrl-C there writes no file,
+    and the interval, already in the session, says so (``path=None``)."""
+    from memsnap_magic.writer import WRITER
+
+    def busy(job, what):
+        raise KeyboardInterrupt  # the user's Ctrl-C while the queue is full
+
+    shell.run_cell("import torch")
+    monkeypatch.setattr(WRITER, "submit", busy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell("%%memsnap step=1 device=cpu\nx = torch.ones(1000)\n6 * 7")
+    assert res.success and res.result == 42
+    assert any("interrupted while taking or writing the snapshot of step 1" in m for m in ours(caught))
+    (one,) = session().intervals
+    assert one.path is None
+
+
 def test_await_in_a_cell_says_how_to_record_it(shell):
     from IPython.core.error import UsageError
 

@@ -131,6 +131,40 @@ def test_interpreter_exit_waits_for_the_last_write(tmp_path):
     assert load_snapshot(path)["memsnap"]["step"] == 1 and summaries.beside(path).is_file()
 
 
+def test_a_forked_worker_waits_for_its_writes_as_it_ends(tmp_path):
+    """multiprocessing ends a forked worker with os._exit, which runs no atexit handler."""
+    script = textwrap.dedent(
+        """
+        import multiprocessing as mp, sys
+
+        def worker(out):
+            import time, torch
+            import memsnap_magic.snapshot as s
+            from memsnap_magic import Recorder
+            real = s.dump_snapshot
+            def slow(snap, path):
+                time.sleep(1.0)
+                return real(snap, path)
+            s.dump_snapshot = slow
+            for step in (1, 2):
+                with Recorder(step=step, out=out, device="cpu"):
+                    x = torch.ones(1000)
+
+        if __name__ == "__main__":
+            p = mp.get_context("fork").Process(target=worker, args=(sys.argv[1],))
+            p.start(); p.join()
+            sys.exit(p.exitcode)
+        """
+    )
+    (tmp_path / "w.py").write_text(script)
+    subprocess.run(
+        [sys.executable, "w.py", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    paths = sorted((tmp_path / "out").rglob("*.pickle"))
+    assert [load_snapshot(p)["memsnap"]["step"] for p in paths] == [1, 2]
+    assert all(summaries.beside(p).is_file() for p in paths)
+
+
 def test_a_deleted_current_directory_costs_only_the_relative_write(tmp_path):
     gone = tmp_path / "gone"
     gone.mkdir()
