@@ -71,11 +71,12 @@ def beside(snapshot: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    """``$MEMSNAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsnap``, else ``~/.cache/memsnap``."""
+    """``$MEMSNAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsnap`` (an absolute one), else ``~/.cache/memsnap``."""
     given = os.environ.get("MEMSNAP_CACHE_DIR")
     if given:
         return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memsnap"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "memsnap"  # relative: ignored (XDG)
 
 
 def cached(snapshot: Path) -> Path:
@@ -98,7 +99,13 @@ def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:
             obj = _load(where)
         except (FileNotFoundError, NotADirectoryError):  # none there (a cache that is a file: said by store)
             continue
-        except (OSError, Malformed) as e:
+        except OSError as e:
+            if cache:  # the cache folder itself (unreadable, a name too long): said once, as by store
+                _cache_unusable(e)
+            else:
+                _ignored(where, e)
+            continue
+        except Malformed as e:
             _ignored(where, e)
             continue
         try:
@@ -122,14 +129,18 @@ def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
     try:
         _write(cached(snapshot), encode(d, st, os.path.abspath(snapshot)))
     except OSError as e:
-        folder, reason = cache_dir(), e.strerror or str(e)
-        STATE.warn_once(
-            f"summary cache {folder}",
-            f"memsnap: cannot cache summaries in {clean(str(folder))}: {reason}; "
-            "set $MEMSNAP_CACHE_DIR to a writable folder",
-        )
+        _cache_unusable(e)
     except (ValueError, TypeError, RecursionError) as e:  # a figure JSON cannot hold: read it afresh next time
         STATE.warn_once(f"summary {snapshot}", f"memsnap: cannot cache the summary of {clean(str(snapshot))}: {e}")
+
+
+def _cache_unusable(e: OSError) -> None:
+    folder = cache_dir()
+    STATE.warn_once(
+        f"summary cache {folder}",
+        f"memsnap: cannot cache summaries in {clean(str(folder))}: {e.strerror or e}; "
+        "set $MEMSNAP_CACHE_DIR to a writable folder",
+    )
 
 
 def _ignored(where: Path, e: BaseException) -> None:
@@ -164,9 +175,17 @@ def _load(where: Path) -> Any:
     with f:
         data = f.read(MAX_BYTES + 1)
     try:
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=_once_each)
     except Exception as e:  # not UTF-8, not JSON, nested past the recursion limit, a 5,000-digit int...
         raise Malformed(f"not JSON ({type(e).__name__}: {excerpt(str(e), 80)[1:-1]})") from None
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (json keeps the last of a repeated key)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise Malformed("a key is given twice")
+    return obj
 
 
 class _Stale(Exception):
@@ -211,6 +230,10 @@ def decode(obj: Any, st: os.stat_result, path: str | None = None) -> dict[str, A
     if len(timeline[0]) != len(timeline[1]):
         raise Malformed("its time_us and allocated differ in length")
     d["time_us"], d["allocated"] = timeline
+    # what a snapshot's figures always satisfy: the peak is the most at any moment, start and end included
+    peak = d["peak_allocated"]
+    if peak < max(d["baseline_allocated"], d["end_allocated"]) or (len(timeline[1]) and timeline[1].max() > peak):
+        raise Malformed("its figures contradict each other (a peak below its start, end or timeline)")
     return d
 
 

@@ -164,10 +164,24 @@ def _read_warning(dump: Path):
         (lambda b: b.write_text("[" * 100_000 + "]" * 100_000), True),  # nested past any recursion limit
         (lambda b: b.write_text("1" * 100_000), True),  # an int too long to convert
         (lambda b: b.write_bytes(b"x" * (summaries.MAX_BYTES + 1)), True),
+        # this file's, well-typed, but no snapshot gives such figures
+        (lambda b: b.write_text(json.dumps({**json.loads(b.read_text()), "peak_allocated": -12345})), True),
+        # json keeps the last of a repeated key: a second figure hidden behind the first
+        (lambda b: b.write_text(b.read_text()[:-1] + ',"peak_allocated":1}'), True),
         # well-formed, but not this file's: stale, read past without a word
         (lambda b: b.write_text('{"format": "memsnap-summary", "version": 1, "snapshot": []}'), False),
     ],
-    ids=["truncated", "not-utf8", "a-list", "deep", "huge-int", "too-large", "another-files"],
+    ids=[
+        "truncated",
+        "not-utf8",
+        "a-list",
+        "deep",
+        "huge-int",
+        "too-large",
+        "peak-below-end",
+        "repeated-key",
+        "another-files",
+    ],
 )
 def test_a_malformed_summary_is_ignored_with_one_warning(tmp_path, spoil, said):
     dump, beside, _ = _summary_of(tmp_path)
@@ -230,6 +244,26 @@ def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypa
     messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
     assert len(messages) == 1 and "cannot cache" in messages[0] and "MEMSNAP_CACHE_DIR" in messages[0]
     assert [iv.step for iv in loaded] == [1, 2, 3] and loaded[0].peak_allocated > 0
+
+
+def test_a_cache_folder_that_cannot_be_read_is_said_once_not_per_file(tmp_path, monkeypatch):
+    folder = verl_folder(tmp_path, steps=(1, 2, 3, 4, 5), ranks=(0,))
+    monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(tmp_path / ("x" * 300)))  # a name no file system takes
+    STATE.warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = read_intervals([folder])
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "cannot cache summaries in" in messages[0]
+    assert [iv.step for iv in loaded] == [1, 2, 3, 4, 5]
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch):
+    monkeypatch.delenv("MEMSNAP_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert summaries.cache_dir() == Path.home() / ".cache" / "memsnap"
+    monkeypatch.setenv("XDG_CACHE_HOME", "/abs/cache")
+    assert summaries.cache_dir() == Path("/abs/cache/memsnap")
 
 
 # Hostile summaries: any value anywhere in a summary that matches its file is either refused
