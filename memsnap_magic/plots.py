@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import AutoLocator, FuncFormatter, NullLocator
@@ -57,6 +58,7 @@ __all__ = [
 # one colour per run (the first is the single-run view's); the step's start in a lighter tint
 RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
 RUNS_TITLE = "Runs step by step (light: live at start; dashed: never cleared)"
+RUNS_CATEGORIES_TITLE = "Runs step by step, each peak by category (outlined in its run's colour)"
 
 
 # Fixed layouts: constrained layout would double the drawing time.
@@ -213,20 +215,33 @@ def _size_panel(ax: Any, labels: Sequence[str]) -> None:
     step_axis(ax, labels, ticks=5)
 
 
-def _category_bars(ax: Any, x: list[int], intervals: Sequence[Any]) -> None:
-    """Each step's peak stacked by category (``by_category_at_peak``); unlabelled steps in grey."""
+def _category_names(intervals: Sequence[Any]) -> list[str]:
     from .categories import ORDER
 
     names = [c for c in ORDER if any((iv.by_category_at_peak or {}).get(c) for iv in intervals)]
-    names += sorted({c for iv in intervals for c in (iv.by_category_at_peak or {})} - set(names))
+    return names + sorted({c for iv in intervals for c in (iv.by_category_at_peak or {})} - set(names))
+
+
+def _category_bars(
+    ax: Any,
+    x: list[float],
+    intervals: Sequence[Any],
+    names: list[str] | None = None,
+    width: float = 0.8,
+    legend: bool = True,
+) -> None:
+    """Each step's peak stacked by category (``by_category_at_peak``); unlabelled steps in grey.
+    ``legend``: name the colours (once, where several runs draw)."""
+    hidden = "" if legend else "_"
     bottom = [0] * len(x)
-    for name in names:
+    for name in _category_names(intervals) if names is None else names:
         height = [(iv.by_category_at_peak or {}).get(name, 0) for iv in intervals]
-        bars(ax, x, height, bottom=bottom, color=CATEGORY_COLORS.get(name, "#888888"), label=name.replace("_", " "))
+        color = CATEGORY_COLORS.get(name, "#888888")
+        bars(ax, x, height, bottom=bottom, color=color, label=hidden + name.replace("_", " "), width=width)
         bottom = [b + h for b, h in zip(bottom, height)]
     plain = [iv.peak_allocated if iv.by_category_at_peak is None else 0 for iv in intervals]
     if any(plain):
-        bars(ax, x, plain, color="#9e9e9e", label="no categories")
+        bars(ax, x, plain, color="#9e9e9e", label=hidden + "no categories", width=width)
 
 
 def _tint(color: str, amount: float = 0.6) -> tuple[float, ...]:
@@ -249,13 +264,28 @@ def runs_figure(
     column = {step: i for i, step in enumerate(steps)}
     labels = [str(s) for s in steps]
     width = 0.8 / max(len(runs), 1)
-    fig.suptitle(RUNS_TITLE, fontsize=TITLE_FONT, y=0.985)
+    fig.suptitle(RUNS_CATEGORIES_TITLE if view == "categories" else RUNS_TITLE, fontsize=TITLE_FONT, y=0.985)
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
+    names = _category_names([iv for _, ivs in runs for iv in ivs]) if view == "categories" else []
     for k, (label, ivs) in enumerate(runs):
         color = RUN_COLORS[k % len(RUN_COLORS)]
         x = [column[iv.step] - 0.4 + width * (k + 0.5) for iv in ivs]
         base = [iv.baseline_allocated for iv in ivs]
+        if view == "categories" and x:  # each run's stacks outlined in its colour
+            _category_bars(peak_ax, x, ivs, names, width=width, legend=k == 0)
+            outline = [
+                [
+                    (c - width / 2, 0),
+                    (c - width / 2, iv.peak_allocated),
+                    (c + width / 2, iv.peak_allocated),
+                    (c + width / 2, 0),
+                ]
+                for c, iv in zip(x, ivs)
+            ]
+            peak_ax.add_collection(
+                PolyCollection(outline, facecolors="none", edgecolors=color, linewidths=1.5, label=label)
+            )
         if show_interval and x:
             bars(peak_ax, x, base, color=[_tint(color)], label="_start", width=width)
             bars(peak_ax, x, [iv.peak_increase for iv in ivs], bottom=base, color=color, label=label, width=width)

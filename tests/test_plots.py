@@ -77,6 +77,30 @@ def test_detail_and_ranks_drawn_again_equal_fresh_figures():
     assert again is fig and drawn(again) == drawn(plots.ranks_figure(ranks, selected=0))
 
 
+def test_runs_by_category_stack_each_runs_peak_and_outline_it_in_the_runs_colour():
+    before = [
+        replace(interval(s, MiB, 3 * MiB, MiB), by_category_at_peak={"parameter": MiB, "activation": 2 * MiB})
+        for s in (1, 2)
+    ]
+    after = [
+        replace(interval(s, MiB, 2 * MiB, MiB), by_category_at_peak={"parameter": MiB, "activation": MiB})
+        for s in (1, 2)
+    ]
+    fig = plots.runs_figure([("before", before), ("after", after)], view="categories")
+    peak_ax = fig.axes[0]
+    tops = {}
+    for c in peak_ax.collections:
+        for path in c.get_paths():
+            (left, _), (_, top) = path.vertices.min(0), path.vertices.max(0)
+            tops.setdefault(c.get_label().lstrip("_"), []).append((round(left, 3), top))
+    assert sorted(tops["parameter"]) == [(-0.4, MiB), (0.0, MiB), (0.6, MiB), (1.0, MiB)]  # each run's own bar
+    assert [t for _, t in sorted(tops["before"])] == [3 * MiB, 3 * MiB]  # outlines at each run's peak
+    assert [t for _, t in sorted(tops["after"])] == [2 * MiB, 2 * MiB]
+    legend = drawn(fig)[-1][0]
+    assert legend.count("parameter") == 1 and {"before", "after"} <= set(legend)  # colours named once
+    assert fig._suptitle.get_text() == plots.RUNS_CATEGORIES_TITLE
+
+
 def test_a_figure_of_another_kind_is_not_reused():
     fig = plots.detail_figure(SMALL[0])
     over = plots.overview_figure(SMALL, fig=fig)
