@@ -141,16 +141,18 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
 
     own = own_figures(intervals)
     ends = [_held(iv, HELD_SITES) for iv in own]
+    before, after = _neighbours_in_time(intervals)
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
     for i, iv in enumerate(own):
         limit = _threshold(iv.baseline_allocated)
         if iv.kept <= limit:
             continue
-        if i and ends[i] is not None and ends[i - 1] is not None:
-            grown = _growth(ends[i - 1], ends[i])
-        elif ends[i] is not None and i + 1 < len(own) and ends[i + 1] is not None:  # the first: its next confirms
-            after = _growth(ends[i], ends[i + 1])
-            grown = {s: b for s, b, _ in iv.kept_by_site if after.get(s, 0) > _threshold(own[i + 1].baseline_allocated)}
+        j, k = before.get(i), after.get(i)
+        if j is not None and ends[i] is not None and ends[j] is not None:
+            grown = _growth(ends[j], ends[i])
+        elif ends[i] is not None and k is not None and ends[k] is not None:  # the first: its next confirms
+            later = _growth(ends[i], ends[k])
+            grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
         else:
             grown = {s: b for s, b, _ in iv.kept_by_site}
         for site, nbytes in grown.items():
@@ -162,6 +164,19 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         for run in _consecutive(sorted(by_step))
     ]
     return sorted(found, key=lambda leak: -leak.total)
+
+
+def _neighbours_in_time(intervals: Sequence[Any]) -> tuple[dict[int, int], dict[int, int]]:
+    """Position -> the position of the step that ran just before it, and just after it: by the
+    time each ended where every step says (steps recorded 1, 5, 3, 4: step 3 follows step 5's
+    end), else the order shown."""
+    ended = [getattr(iv, "end_us", None) for iv in intervals]
+    order = (
+        sorted(range(len(intervals)), key=lambda i: (ended[i], i))
+        if all(type(t) is int for t in ended)
+        else list(range(len(intervals)))
+    )
+    return dict(zip(order[1:], order)), dict(zip(order, order[1:]))
 
 
 def _held(iv: Any, full: int) -> tuple[dict[str, int], bool] | None:

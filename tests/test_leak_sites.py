@@ -123,3 +123,19 @@ def test_gradients_made_anew_each_step_are_no_leak_site(tmp_path):
     (leak,) = leak_sites(ivs, [iv.step for iv in ivs])  # held no more from one end to the next: no leak
     assert leak.steps == (1, 2, 3, 4) and leak.kept == (2 * MiB,) * 4
     assert leak.site != grads and leak.site.startswith("train_step (")
+
+
+def test_steps_recorded_out_of_order_are_judged_against_the_step_that_ran_before(tmp_path, capsys):
+    """Steps 1, 5, 3, 4 in that order, 3-5 each keeping 2 MiB at one site: each end is compared
+    with the end of the step that ran just before it, not the step shown before it."""
+    held.clear()
+    for step in (1, 5, 3, 4):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace={}):
+            if step > 1:
+                leaky_step(2)
+    ivs = sorted(session().intervals, key=lambda iv: iv.step)
+    (leak,) = leak_sites(ivs, [iv.step for iv in ivs])
+    assert (leak.steps, leak.kept) == ((3, 4, 5), (2 * MiB,) * 3)
+    assert f"leak site: {leak.site} kept +2.0 MiB per step over steps 3–5" in headline(ivs)
+    assert main(["summarize", str(tmp_path)]) == 0
+    assert "+2.0 MiB per step  steps 3–5" in capsys.readouterr().out
