@@ -66,18 +66,21 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     from .scan import in_step_order, read_run
     from .session_state import Session
 
-    unnamed, named_runs = [], []
+    # paths in a row without a name are read together, as %memsnap load reads them: files without
+    # a step are numbered on across them (a.pickle b.pickle are steps 1 and 2), and two folders
+    # of one run are refused; the runs come in the order given
+    batches: list[tuple[str | None, list[str]]] = []
     for given in paths:
         named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
         if named and not Path(given).exists():
-            named_runs.append((named.group(1), named.group(2)))
+            batches.append((named.group(1), [named.group(2)]))
+        elif batches and batches[-1][0] is None:
+            batches[-1][1].append(given)
         else:
-            unnamed.append(given)
-    # the unnamed together, as %memsnap load reads them: files without a step are numbered on
-    # across them (a.pickle b.pickle are steps 1 and 2), and two folders of one run are refused
-    loaded = read_run(unnamed, None, progress=sys.stderr.isatty(), jobs=jobs) if unnamed else []
-    for run, path in named_runs:
-        loaded += read_run([path], run, progress=sys.stderr.isatty(), jobs=jobs)
+            batches.append((None, [given]))
+    loaded = []
+    for run, batch in batches:
+        loaded += read_run(batch, run, progress=sys.stderr.isatty(), jobs=jobs)
     s = Session()
     skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .backends import Backend
+    from .backends.base import Names
     from .intervals import Interval
     from .roles import Watch
     from .session_state import Session
@@ -94,7 +95,10 @@ class Recorder:
             raise TypeError("Recorder: give options= or option keywords, not both")
         self.options = options
         self.steps = options.steps
-        self.namespace = namespace if namespace is not None else sys._getframe(1).f_globals
+        # a script's function running the block: its locals hold the tensors as much as the module does
+        caller = sys._getframe(1)
+        self._caller = caller if namespace is None and caller.f_locals is not caller.f_globals else None
+        self.namespace = namespace if namespace is not None else caller.f_globals
         self.session = session if session is not None else STATE.session
         self.report = report
         self.intervals: list[Interval] = []
@@ -205,6 +209,7 @@ class Recorder:
         finally:
             if not keep and self._backend is not None and self._backend.recording:
                 self._quietly(self._backend.end, keep=False)
+            self._caller = None  # a recorder kept in that function's locals would hold its frame in a cycle
             if self._backend is not None:  # which run a history left on goes on with
                 if self._backend.recording:
                     STATE.chains[self._backend.device] = self.options.run or ""
@@ -267,12 +272,28 @@ class Recorder:
                 self._quietly(self._watch.detach)
                 self._watch = None
 
-    def _reach(self) -> dict[str, Any]:
-        """The namespace, and the model and optimizer given as objects (a script's locals): the CPU
-        route finds the tensors live at the start through it."""
-        if not self._given:
+    def _names(self) -> dict[str, Any]:
+        """The namespace, with the locals of the function that made this recorder while it runs
+        (a script's ``main()``), read afresh each time."""
+        caller = self._caller
+        if caller is None:
             return self.namespace
-        return {**self.namespace, **{f"<{key}=>": value for key, value in self._given.items()}}
+        frame = sys._getframe(1)
+        while frame is not None and frame is not caller:
+            frame = frame.f_back
+        if frame is None:  # it has returned (a recorder made in a helper): its locals are gone
+            self._caller = None
+            return self.namespace
+        return {**self.namespace, **caller.f_locals}
+
+    def _reach(self) -> Names:
+        """Where the CPU route finds the tensors live at the start and end: the namespace itself,
+        else a function giving the names and the objects given as they are when called (a copy
+        kept would keep every object in it alive)."""
+        return self.namespace if self._caller is None and not self._given else self._reach_now
+
+    def _reach_now(self) -> dict[str, Any]:
+        return {**self._names(), **{f"<{key}=>": value for key, value in self._given.items()}}
 
     def _training_objects(self) -> tuple[list[Any], list[Any]]:
         """The models and optimizers whose tensors the dump labels: named, given, else found."""
@@ -285,9 +306,10 @@ class Recorder:
                 found[key] = [self._given[key]]
             elif name is not None:
                 head, *rest = name.split(".")
-                if head not in self.namespace:
+                names = self._names()
+                if head not in names:
                     raise opts.OptionError(f"{key}={name}: no {head!r} in the namespace")
-                value = self.namespace[head]
+                value = names[head]
                 for n, attr in enumerate(rest, start=1):
                     if not hasattr(value, attr):
                         raise opts.OptionError(f"{key}={name}: {'.'.join([head, *rest[: n - 1]])} has no {attr!r}")
@@ -306,7 +328,7 @@ class Recorder:
                 raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
         if len(found) == 2:
             return found["model"], found["optimizer"]
-        modules, optimizers = self._quietly(training_objects, self.namespace) or ([], [])
+        modules, optimizers = self._quietly(training_objects, self._names()) or ([], [])
         return found.get("model", modules), found.get("optimizer", optimizers)
 
     def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch:
@@ -321,7 +343,7 @@ class Recorder:
             *training,
             named_model="model" in named,
             named_optimizer="optimizer" in named,
-            rediscover=None if len(named) == 2 else functools.partial(training_objects, self.namespace),
+            rediscover=None if len(named) == 2 else lambda: training_objects(self._names()),
         )
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -175,7 +175,12 @@ def headline(intervals: Sequence[Interval]) -> str:
             if len(top.steps) > 1
             else f"{fmt_bytes(each, signed=True)} in"
         )
-        more = f" ({len(sites) - 1} more site{'s' * (len(sites) > 2)})" if len(sites) > 1 else ""
+        # the same site in other stretches of steps, then the other sites
+        again = sorted(step for leak in sites[1:] if leak.site == top.site for step in leak.steps)
+        others = len({leak.site for leak in sites} - {top.site})
+        extra = [f"also {step_list(again)}"] if again else []
+        extra += [f"{others} more site{'s' * (others > 1)}"] if others else []
+        more = f" ({'; '.join(extra)})" if extra else ""
         parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{more}")
     found = spikes(intervals, steps)
     if found:

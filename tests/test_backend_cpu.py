@@ -98,6 +98,37 @@ def test_max_entries_keeps_the_newest_and_stays_consistent():
     assert s.end_allocated == 500 and s.baseline_allocated == 400
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.ones(1000),
+        lambda: torch.ones(1000).to_sparse(),  # read through its parts: the walk calls itself
+        lambda: [torch.ones(1000)],
+    ],
+    ids=["tensor", "sparse", "list"],
+)
+def test_the_walk_keeps_nothing_it_found_alive(make):
+    """No reference cycle of the walk's own holds the storages it found until the collector
+    runs: a tensor let go right after is freed right after."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    held = make()
+    tensors = [held] if isinstance(held, torch.Tensor) else held
+    parts = [p for t in tensors for p in ((t._indices(), t._values()) if t.is_sparse else (t,))]
+    refs = [StorageWeakRef(p.untyped_storage()) for p in parts]
+    del tensors, parts
+    gc.disable()
+    try:
+        found: dict = {}
+        assert live_storages({"held": held}, storages=found)
+        del found, held
+        assert all(ref.expired() for ref in refs)
+    finally:
+        gc.enable()
+
+
 def test_live_storages_walks_modules_optimizers_containers_and_objects():
     model = torch.nn.Linear(4, 3)
     model(torch.ones(2, 4)).sum().backward()

@@ -93,7 +93,10 @@ def test_two_runs_of_one_site_are_two_leaks_largest_first():
         ivs.append(iv)
     found = leak_sites(ivs, [iv.step for iv in ivs])
     assert [(f.steps, f.total) for f in found] == [((2, 3), 6 * MiB), ((6,), 3 * MiB)]
-    assert "leak site: grow (cell In[1]:2) kept +3.0 MiB per step over steps 2–3 (1 more site)" in headline(ivs)
+    assert "leak site: grow (cell In[1]:2) kept +3.0 MiB per step over steps 2–3 (also step 6)" in headline(ivs)
+    ivs[6].kept_by_site = [["other (cell In[1]:9)", 3 * MiB, 1]]  # step 7 leaks too, elsewhere
+    ivs[6].end_allocated += 3 * MiB
+    assert "over steps 2–3 (also step 6; 1 more site)" in headline(ivs)
 
 
 def test_gradients_made_anew_each_step_are_no_leak_site(tmp_path):

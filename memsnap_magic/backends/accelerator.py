@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..state import STATE
-from .base import Backend, BackendError
+from .base import Backend, BackendError, Names
 
 if TYPE_CHECKING:
     from ..options import Options
@@ -137,7 +137,7 @@ class AcceleratorBackend(Backend):
                 ) from None
             raise
 
-    def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+    def begin(self, *, fresh: bool, namespace: Names | None = None) -> None:
         owner = STATE.recording_kinds.get(self.kind)
         if owner is not None and owner != self.device:  # one history per kind: clearing it would cut that chain
             raise BackendError(

@@ -8,12 +8,15 @@ backends differ, a capability flag says so; nothing outside ``backends`` tests d
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Union
 
 from .registry import trace_index
 
 if TYPE_CHECKING:
     from ..options import Options
+
+
+Names = Union[dict[str, Any], Callable[[], dict[str, Any]]]
 
 
 class BackendError(RuntimeError):
@@ -62,9 +65,10 @@ class Backend(ABC):
         """Pay one-off start costs now, before a loop whose steps are timed (``steps=``)."""
 
     @abstractmethod
-    def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+    def begin(self, *, fresh: bool, namespace: Names | None = None) -> None:
         """Start an interval: a fresh history if ``fresh`` or not recording; reset peak stats.
-        ``namespace``: the user's variables, for backends that must find what was live before."""
+        ``namespace``: the user's variables, for backends that must find what was live before
+        (or a function giving them as they are when called: a script's locals change)."""
 
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..options import DEFAULTS
 from ..state import STATE
-from .base import Backend, BackendError
+from .base import Backend, BackendError, Names
 from .cpu_history import STACK_BYTES, History, check_instants, no_gc
 from .live_tensors import Watch, live_storages
 
@@ -247,7 +247,7 @@ class CpuBackend(Backend):
         self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
         self._foreign = Watch()  # storages of memory PyTorch's allocator did not make, while they live
         self._stacks = True  # record Python stacks (context=all/alloc)
-        self._namespace: dict[str, Any] | None = None
+        self._namespace: Names | None = None
         self._also: Any = None  # the cell's value, until the snapshot has walked it
         # When the start's storages died (address -> time_ns), by weak-reference callbacks: the
         # profiler reports no free of a block allocated while it was off.
@@ -282,7 +282,7 @@ class CpuBackend(Backend):
     def warm_up(self) -> None:
         self._profiler.warm_up()
 
-    def begin(self, *, fresh: bool, namespace: dict[str, Any] | None = None) -> None:
+    def begin(self, *, fresh: bool, namespace: Names | None = None) -> None:
         """Open an interval. Its start holds the tensors in the namespace and the blocks the last
         interval ended with (an autograd graph kept in a list stays counted), updated by what a
         followed gap saw allocated and freed."""
@@ -303,7 +303,8 @@ class CpuBackend(Backend):
         self._namespace = namespace
         self.incomplete = None
         found: dict[int, Any] = {}
-        walked = live_storages(namespace, storages=found) if namespace is not None else {}
+        names = self._names()
+        walked = live_storages(names, storages=found) if names is not None else {}
         walked = {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}
         # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
         hidden = {p: n for p, n in self._carried.items() if p not in walked}
@@ -372,9 +373,14 @@ class CpuBackend(Backend):
     def _roots(self) -> dict[str, Any] | None:
         """What the end's walk starts from: the namespace (the user's own dict, never a copy that
         would keep its objects alive) and the cell's value, which IPython stores only after us."""
-        if self._namespace is None or self._also is None:
-            return self._namespace
-        return {**self._namespace, "<the cell's value>": self._also}
+        names = self._names()
+        if names is None or self._also is None:
+            return names
+        return {**names, "<the cell's value>": self._also}
+
+    def _names(self) -> dict[str, Any] | None:
+        names = self._namespace
+        return names() if callable(names) else names
 
     def follow(self) -> None:
         from torch._C._autograd import _profiler_enabled

@@ -2,17 +2,20 @@
 
 The CPU route cannot see blocks allocated while it was not recording; these are found here
 instead: module parameters and buffers, gradients, optimizer state, and tensors in containers
-and object attributes a few levels deep (a few ms, unlike a full ``gc.get_objects()`` walk).
+(deques too), object attributes and slots a few levels deep, numpy views of tensors, the
+buffers of sparse and nested tensors (a few ms, unlike a full ``gc.get_objects()`` walk).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import weakref
+from collections import deque
 from collections.abc import Container, Iterable
 from itertools import chain, islice
-from types import FunctionType, GetSetDescriptorType, ModuleType
+from types import FunctionType, GetSetDescriptorType, MemberDescriptorType, ModuleType
 from typing import Any
 
 _WALK_DEPTH = 4
@@ -79,7 +82,12 @@ def _walk(
     skip = (ModuleType, type, FunctionType, str, bytes, int, float, bool, type(None))
 
     def add(t: torch.Tensor) -> None:
-        if t.device.type != "cpu" or t.layout != torch.strided:
+        if t.device.type != "cpu":
+            return
+        if t.layout != torch.strided or t.is_nested:  # sparse and nested tensors: their buffers
+            for part in _buffers(torch, t):
+                if part is not t:
+                    add(part)
             return
         s = t.untyped_storage()
         if s.nbytes():
@@ -128,14 +136,20 @@ def _walk(
                 return
             elif issubclass(kind, dict):
                 visit_all(dict.values(obj), level - 1)
-            elif issubclass(kind, (list, tuple, set, frozenset)):
+            elif issubclass(kind, _CONTAINERS):
                 visit_all(_builtin_iter(kind)(obj), level - 1)
+            elif kind is _ndarray():  # a .numpy() view keeps its tensor as its base
+                visit(obj.base, level)
             elif kind.__module__.partition(".")[0] in _MACHINERY:
                 return
-            elif _plain_dict(kind):
-                attrs = object.__getattribute__(obj, "__dict__")
-                if type(attrs) is dict:
-                    visit_all(dict.values(attrs), level - 1)
+            else:
+                if _plain_dict(kind):
+                    attrs = object.__getattribute__(obj, "__dict__")
+                    if type(attrs) is dict:
+                        visit_all(dict.values(attrs), level - 1)
+                slots = _slots(kind)
+                if slots:  # __slots__ (a dataclass(slots=True)): read through their own descriptors
+                    visit_all(_slot_values(obj, slots), level - 1)
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: not a tensor we can read
             return
 
@@ -146,15 +160,62 @@ def _walk(
         else:
             visit(roots, depth)
     finally:
-        # visit and visit_all refer to each other: a cycle that would hold the storages found
-        # (and so the user's memory) until the cyclic collector runs
-        visit = visit_all = graph = None  # type: ignore[assignment]
+        # visit and visit_all refer to each other, add to itself: cycles that would hold the
+        # storages found (and so the user's memory) until the cyclic collector runs
+        visit = visit_all = graph = add = None  # type: ignore[assignment]
     return found
+
+
+_CONTAINERS = (list, tuple, set, frozenset, deque)
 
 
 def _builtin_iter(kind: type) -> Any:
     """The iterator of the built-in container ``kind`` derives from, not an override's."""
-    return next(base.__iter__ for base in (list, tuple, set, frozenset) if issubclass(kind, base))
+    return next(base.__iter__ for base in _CONTAINERS if issubclass(kind, base))
+
+
+def _ndarray() -> type | None:
+    """numpy's array type, where numpy is loaded (never imported for this)."""
+    numpy = sys.modules.get("numpy")
+    return getattr(numpy, "ndarray", None)
+
+
+def _buffers(torch: Any, t: Any) -> tuple[Any, ...]:
+    """The tensors holding a sparse or nested tensor's memory; none where it cannot be read."""
+    layout = t.layout
+    try:
+        if layout == torch.sparse_coo:
+            return (t._indices(), t._values())
+        if layout in (torch.sparse_csr, torch.sparse_bsr):
+            return (t.crow_indices(), t.col_indices(), t.values())
+        if layout in (torch.sparse_csc, torch.sparse_bsc):
+            return (t.ccol_indices(), t.row_indices(), t.values())
+        if t.is_nested:
+            return (t.values(), t.offsets()) if layout == torch.jagged else (t.values(),)
+    except Exception:  # a layout or subclass with its own rules
+        pass
+    return ()
+
+
+_SLOTS: weakref.WeakKeyDictionary[type, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _slots(kind: type) -> tuple[Any, ...]:
+    """The member descriptors of ``kind``'s ``__slots__`` (C-level: reading one runs no code)."""
+    found = _SLOTS.get(kind)
+    if found is None:
+        found = tuple(d for k in kind.__mro__ for d in vars(k).values() if type(d) is MemberDescriptorType)
+        with contextlib.suppress(TypeError):
+            _SLOTS[kind] = found
+    return found
+
+
+def _slot_values(obj: Any, slots: tuple[Any, ...]) -> Iterable[Any]:
+    for d in slots:
+        try:
+            yield d.__get__(obj, type(obj))
+        except AttributeError:  # a slot never set
+            continue
 
 
 _PLAIN_DICT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
