@@ -38,3 +38,11 @@ def fresh_state():
     STATE.reset()
     yield
     STATE.reset()
+
+
+@pytest.fixture
+def cpu(shell):
+    """The in-process shell recording on the CPU, torch imported."""
+    shell.run_cell("import torch")
+    shell.run_line_magic("memsnap", "config device=cpu")
+    return shell

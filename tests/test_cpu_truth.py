@@ -18,13 +18,6 @@ from memsnap_magic.text import blocks_table, frame_lines
 MiB = 1 << 20
 
 
-@pytest.fixture
-def cpu(shell):
-    shell.run_cell("import torch")
-    shell.run_line_magic("memsnap", "config device=cpu")
-    return shell
-
-
 def run(shell, cell: str) -> None:
     res = shell.run_cell(cell)
     assert res.success, res.error_in_exec

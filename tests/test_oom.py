@@ -75,10 +75,9 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def cpu(shell):
-    shell.run_cell("import torch")
-    shell.run_line_magic("memsnap", "config device=cpu wait=true")
-    return shell
+def cpu(cpu):
+    cpu.run_line_magic("memsnap", "config device=cpu wait=true")
+    return cpu
 
 
 def test_a_cpu_cell_that_runs_out_of_memory_gets_the_report(cpu, capsys):
