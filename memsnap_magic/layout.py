@@ -228,8 +228,9 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Files as given, folders searched recursively for ``*.pickle``/``*.pkl``, in natural order.
 
     Inside folders, hidden names (``.name``, files and folders: half-written temporaries among
-    them) are skipped; linked folders are followed, each folder once (a link back up ends there).
-    A folder that cannot be read is an error, as a bad file is: nothing is left out unsaid."""
+    them) are skipped, and linked step folders followed (see ``_inside``). A folder that cannot
+    be read is an error, as a bad file is: nothing is left out unsaid. A file reached twice
+    (given twice, or in two folders given) is read once by ``scan.read_intervals``."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -250,25 +251,40 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def _inside(folder: Path) -> list[Path]:
-    def refuse(error: OSError) -> None:
-        raise SnapshotError(f"{error.filename or folder}: cannot read this folder ({error.strerror or error})")
-
-    found, seen = [], set()
-    for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=True):
+    """The snapshots below ``folder``. A linked folder is followed only when it is a step
+    folder (``step2 -> /elsewhere/step2``): other links (``latest -> step2``, a link to an
+    unrelated tree) would name files twice or read what was never asked for. A folder that
+    cannot be read is an error; one that vanished mid-scan (old steps rotated away) had nothing."""
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    stack = [str(folder)]
+    while stack:
+        here = stack.pop()
         try:
-            st = os.stat(root)
-        except OSError as e:
-            refuse(e)
-        if (st.st_dev, st.st_ino) in seen:  # reached again through a link
-            dirs.clear()
+            st = os.stat(here)
+            if (st.st_dev, st.st_ino) in seen:  # reached again through a link
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(here) as entries:
+                listed = list(entries)
+        except (FileNotFoundError, NotADirectoryError):
+            if here == str(folder):
+                raise SnapshotError(f"{folder}: no such file or folder") from None
             continue
-        seen.add((st.st_dev, st.st_ino))
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            if not name.startswith(".") and os.path.splitext(name)[1] in SUFFIXES:
-                p = Path(root, name)
-                if p.is_file():
-                    found.append(p)
+        except OSError as e:
+            raise SnapshotError(f"{e.filename or here}: cannot read this folder ({e.strerror or e})") from None
+        for entry in listed:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False) or (
+                    _STEP.match(entry.name) and entry.is_symlink() and entry.is_dir()
+                ):
+                    stack.append(entry.path)
+                elif os.path.splitext(entry.name)[1] in SUFFIXES and entry.is_file():
+                    found.append(Path(entry.path))
+            except OSError:  # vanished, or a link that leads nowhere: not a snapshot
+                continue
     return sorted(found, key=_natural)
 
 

@@ -229,9 +229,11 @@ def _category_bars(
     names: list[str] | None = None,
     width: float = 0.8,
     legend: bool = True,
-) -> None:
+    plain_legend: bool = True,
+) -> bool:
     """Each step's peak stacked by category (``by_category_at_peak``); unlabelled steps in grey.
-    ``legend``: name the colours (once, where several runs draw)."""
+    ``legend``, ``plain_legend``: name the colours, the grey (once, where several runs draw).
+    Returns whether any step was drawn grey."""
     hidden = "" if legend else "_"
     bottom = [0] * len(x)
     for name in _category_names(intervals) if names is None else names:
@@ -241,7 +243,8 @@ def _category_bars(
         bottom = [b + h for b, h in zip(bottom, height)]
     plain = [iv.peak_allocated if iv.by_category_at_peak is None else 0 for iv in intervals]
     if any(plain):
-        bars(ax, x, plain, color="#9e9e9e", label=hidden + "no categories", width=width)
+        bars(ax, x, plain, color="#9e9e9e", label=("" if plain_legend else "_") + "no categories", width=width)
+    return any(plain)
 
 
 def _tint(color: str, amount: float = 0.6) -> tuple[float, ...]:
@@ -268,12 +271,15 @@ def runs_figure(
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
     names = _category_names([iv for _, ivs in runs for iv in ivs]) if view == "categories" else []
+    grey_named = False
     for k, (label, ivs) in enumerate(runs):
         color = RUN_COLORS[k % len(RUN_COLORS)]
         x = [column[iv.step] - 0.4 + width * (k + 0.5) for iv in ivs]
         base = [iv.baseline_allocated for iv in ivs]
         if view == "categories" and x:  # each run's stacks outlined in its colour
-            _category_bars(peak_ax, x, ivs, names, width=width, legend=k == 0)
+            grey_named |= _category_bars(
+                peak_ax, x, ivs, names, width=width, legend=k == 0, plain_legend=not grey_named
+            )
             outline = [
                 [
                     (c - width / 2, 0),

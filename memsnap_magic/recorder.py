@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .session_state import Session
 
 
+_CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
+
+
 def mark(step: int) -> None:
     """Declare that ``step`` begins now, inside a ``steps=`` cell or ``Recorder(steps=...)``.
 
@@ -95,9 +98,11 @@ class Recorder:
             raise TypeError("Recorder: give options= or option keywords, not both")
         self.options = options
         self.steps = options.steps
-        # a script's function running the block: its locals hold the tensors as much as the module does
         caller = sys._getframe(1)
-        self._caller = caller if namespace is None and caller.f_locals is not caller.f_globals else None
+        # made in a function (a script's main()): its locals are walked too, found again on the
+        # stack by its code at each walk (a frame kept would keep its locals alive after it returns)
+        function = namespace is None and caller.f_code.co_flags & _CO_OPTIMIZED
+        self._caller_code = caller.f_code if function else None
         self.namespace = namespace if namespace is not None else caller.f_globals
         self.session = session if session is not None else STATE.session
         self.report = report
@@ -158,9 +163,8 @@ class Recorder:
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
-                self._watch = self._quietly(
-                    self._new_watch, backend, training
-                )  # before: its walks stay out of the trace
+                # made before recording starts: its walks stay out of the trace
+                self._watch = self._quietly(self._new_watch, backend, training)
                 self._usage = self._quietly(backend.usage)
                 self._began_us = time.time_ns() // 1000
                 backend.begin(fresh=False, namespace=self._reach())
@@ -209,7 +213,9 @@ class Recorder:
         finally:
             if not keep and self._backend is not None and self._backend.recording:
                 self._quietly(self._backend.end, keep=False)
-            self._caller = None  # a recorder kept in that function's locals would hold its frame in a cycle
+            watch, self._watch = self._watch, None  # a Ctrl-C in mark() left one unfinished: its hook comes off
+            if watch is not None:
+                self._quietly(watch.detach)
             if self._backend is not None:  # which run a history left on goes on with
                 if self._backend.recording:
                     STATE.chains[self._backend.device] = self.options.run or ""
@@ -275,22 +281,28 @@ class Recorder:
     def _names(self) -> dict[str, Any]:
         """The namespace, with the locals of the function that made this recorder while it runs
         (a script's ``main()``), read afresh each time."""
-        caller = self._caller
-        if caller is None:
+        code = self._caller_code
+        if code is None:
             return self.namespace
         frame = sys._getframe(1)
-        while frame is not None and frame is not caller:
+        while frame is not None and frame.f_code is not code:
             frame = frame.f_back
         if frame is None:  # it has returned (a recorder made in a helper): its locals are gone
-            self._caller = None
             return self.namespace
-        return {**self.namespace, **caller.f_locals}
+        local = frame.f_locals
+        names = {**self.namespace, **local}
+        if type(local) is dict:
+            # Python 3.11-3.12 keep this copy in the frame until the next read, and with it every
+            # local: a del after the block would free nothing. Emptied, it holds none (any read
+            # fills it again first); 3.13's f_locals is a view of the frame and keeps nothing
+            local.clear()
+        return names
 
     def _reach(self) -> Names:
         """Where the CPU route finds the tensors live at the start and end: the namespace itself,
         else a function giving the names and the objects given as they are when called (a copy
         kept would keep every object in it alive)."""
-        return self.namespace if self._caller is None and not self._given else self._reach_now
+        return self.namespace if self._caller_code is None and not self._given else self._reach_now
 
     def _reach_now(self) -> dict[str, Any]:
         return {**self._names(), **{f"<{key}=>": value for key, value in self._given.items()}}

@@ -95,17 +95,20 @@ class Watch:
         seen: Storages = {}
         only, device, strided = self._param_ids, self._torch_device, self._strided
         try:
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    grad = p.grad
-                    if grad is None or grad.layout != strided or grad.device != device:
-                        continue  # sparse gradients have no storage to match
-                    if only is not None and id(p) not in only:
-                        continue
-                    storage = grad.untyped_storage()
-                    seen[storage.data_ptr()] = (storage.nbytes(), GRADIENT)
-        except Exception:  # a subclass or layout we cannot read: never a failure of the user's step
-            pass
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+        except Exception:  # an optimizer of its own making
+            params = []
+        for p in params:
+            try:
+                grad = p.grad
+                if grad is None or grad.layout != strided or grad.device != device:
+                    continue  # sparse gradients have no storage to match
+                if only is not None and id(p) not in only:
+                    continue
+                storage = grad.untyped_storage()
+                seen[storage.data_ptr()] = (storage.nbytes(), GRADIENT)
+            except Exception:  # a subclass we cannot read: never a failure of the user's step
+                continue
         self.roles.timed.append((time.time_ns() // 1000, seen))
 
     def detach(self) -> None:

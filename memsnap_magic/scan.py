@@ -55,6 +55,9 @@ def read_intervals(
     wait_for_writes()
     files = find_snapshots(paths)
     stats = [_stat(p) for p in files]
+    once = {(st.st_dev, st.st_ino): n for n, st in reversed(list(enumerate(stats)))}  # the first of each file
+    if len(once) < len(files):
+        files, stats = [files[n] for n in sorted(once.values())], [stats[n] for n in sorted(once.values())]
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
     jobs = min(max(jobs, 1), len(todo))
@@ -153,18 +156,25 @@ def _folders_apart(paths: Sequence[str | os.PathLike[str]], loaded: list[Interva
     """Two folders given that hold the same step of the same run (``exp1/profile`` and
     ``exp2/profile``: both the run "profile") would merge, one file hiding the other: refused.
     Files given one by one may repeat a step (a kernel restarted): the newer stands, as said."""
-    folders = [Path(p) for p in paths if os.path.isdir(p)]
+    folders = [(Path(p), os.path.realpath(p)) for p in paths if os.path.isdir(p)]
     if len(folders) < 2:
         return
-    seen: dict[tuple[Any, ...], Path] = {}
+
+    def place(real: str) -> str:
+        """The outermost folder given that holds ``real``: one folder spelled twice, or given
+        inside another given one, is one place."""
+        return min((r for _, r in folders if real == r or real.startswith(r.rstrip(os.sep) + os.sep)), key=len)
+
+    seen: dict[tuple[Any, ...], tuple[str, Path]] = {}
     for iv in loaded:
-        where = next((f for f in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
-        if where is None:
+        given = next(((f, r) for f, r in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
+        if given is None:
             continue
-        other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), where)
-        if other != where:
+        where = place(given[1])
+        other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), (where, given[0]))
+        if other[0] != where:
             raise SnapshotError(
-                f"{other} and {where} both hold step {iv.step} rank {iv.rank} of the run {iv.run!r}: "
+                f"{other[1]} and {given[0]} both hold step {iv.step} rank {iv.rank} of the run {iv.run!r}: "
                 "give each its own run name (memsnap: NAME=FOLDER; %memsnap load: one folder at a time, as=NAME)"
             )
 

@@ -274,3 +274,16 @@ def test_json_is_valid_unicode_for_any_file_name_and_a_closed_stdout_is_no_error
         preexec_fn=lambda: os.close(1),
     )
     assert closed.returncode == 0 and b"Traceback" not in closed.stderr
+
+
+def test_links_that_are_not_step_folders_are_not_followed_and_spellings_are_one_folder(tmp_path, capsys, monkeypatch):
+    profile = tmp_path / "outputs" / "profile"
+    _bare(profile / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    _bare(profile / "step2" / "torch_memory_rank0_pid1.pickle", 2048)
+    (profile / "latest").symlink_to(profile / "step2")  # the same file again, under no step name
+    (profile / "tree").symlink_to("/proc")  # an unrelated tree: never walked
+    monkeypatch.chdir(tmp_path)
+    for spelled in (["outputs/profile"], ["outputs/profile", str(profile)], ["outputs", f"{profile}/step2/"]):
+        assert main(["summarize", *spelled, "--json"]) == 0, spelled
+        records = json.loads(capsys.readouterr().out)
+        assert [(r["step"], r["peak_allocated"]) for r in records] == [(1, 1024), (2, 2048)], spelled

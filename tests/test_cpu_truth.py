@@ -534,3 +534,31 @@ def test_a_scripts_recorder_follows_the_locals_of_the_function_running_it(tmp_pa
     assert [iv.baseline_allocated for iv in session().intervals] == starts
     assert [iv.end_allocated for iv in session().intervals] == [s + n for s, n in zip(starts, sizes)]
     assert [iv.moved for iv in session().intervals][2:] == [-sizes[0], -sizes[1]]
+
+
+def test_a_scripts_recorder_keeps_no_local_alive(tmp_path):
+    """Reading a running function's locals must not pin them (Python 3.11 keeps a copy in the
+    frame), nor may a recorder keep the frame of the function that made it once it returned."""
+    import weakref
+
+    import torch
+
+    from memsnap_magic import Recorder
+
+    def main():
+        big = torch.ones(2**20)
+        alive = weakref.ref(big)
+        with Recorder(step=1, device="cpu", out=tmp_path):
+            torch.ones(10)
+        del big  # after the block: freed here, as without the recorder
+        return alive() is None
+
+    def made_in_a_helper():
+        held = torch.ones(2**20)
+        return Recorder(step=2, device="cpu", out=tmp_path), weakref.ref(held)
+
+    assert main()
+    recorder, held = made_in_a_helper()
+    assert held() is None  # the helper returned: its locals are gone
+    with recorder:
+        torch.ones(10)

@@ -443,3 +443,28 @@ def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatc
     assert "steps=1,5,10" in said[1] and "2 KB of each" in said[1]
     assert "context=none records without it" in said[0]
     STATE.warned -= {"cpu-huge", "cpu-stacks"}
+
+
+def test_an_interrupt_in_mark_leaves_no_optimizer_hook_behind(tmp_path, monkeypatch):
+    """The watch of a listed step is hooked before its start is taken: a Ctrl-C there must not
+    leave PyTorch's global step hook on for the rest of the process."""
+    import torch
+    from torch.optim import optimizer as optimizers
+
+    from memsnap_magic import Recorder, mark
+    from memsnap_magic.backends.cpu import CpuBackend
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = len(optimizers._global_optimizer_pre_hooks)
+
+    def interrupted(self, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CpuBackend, "begin", interrupted)
+    with pytest.raises(KeyboardInterrupt), Recorder(steps=[1, 2], device="cpu", out=tmp_path, namespace={}):
+        for step in (1, 2):
+            mark(step)
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+    assert len(optimizers._global_optimizer_pre_hooks) == before

@@ -127,3 +127,17 @@ def test_an_allocator_failure_the_cell_caught_leaves_no_report_on_the_cpu(cpu):
     cpu.run_cell("%%memsnap step=1\ntry:\n    torch.empty(2**50, dtype=torch.uint8)\nexcept RuntimeError:\n    pass")
     (iv,) = session().intervals
     assert iv.error is None and iv.oom is None
+
+
+def test_a_failure_handled_and_hidden_with_from_none_is_not_an_oom(tmp_path):
+    import torch
+
+    from memsnap_magic import Recorder
+
+    with pytest.raises(KeyError), Recorder(step=1, device="cpu", out=tmp_path, namespace={}, wait=True):
+        try:
+            torch.empty(PiB, dtype=torch.uint8)
+        except RuntimeError:
+            raise KeyError("a smaller batch, then something else went wrong") from None
+    (iv,) = session().intervals
+    assert iv.oom is None and iv.error == "KeyError"

@@ -99,6 +99,9 @@ def test_runs_by_category_stack_each_runs_peak_and_outline_it_in_the_runs_colour
     legend = drawn(fig)[-1][0]
     assert legend.count("parameter") == 1 and {"before", "after"} <= set(legend)  # colours named once
     assert fig._suptitle.get_text() == plots.RUNS_CATEGORIES_TITLE
+    # a later run without categories (a verl file) draws grey, and the legend says what grey is
+    fig = plots.runs_figure([("before", before), ("verl", [interval(1, MiB, 2 * MiB, MiB)])], view="categories")
+    assert "no categories" in drawn(fig)[-1][0]
 
 
 def test_a_figure_of_another_kind_is_not_reused():

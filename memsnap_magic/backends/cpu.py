@@ -485,7 +485,9 @@ def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int]
             found = _ALLOCATOR_FAILED.search(str(error)[:4096])
             if found is not None and int(found.group(1)) < 1 << 63:
                 return error, int(found.group(1))
-        error, seen = error.__cause__ or error.__context__, seen + 1
+        # the chain the traceback shows: `raise ... from None` hides a handled failure
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        seen += 1
     return None
 
 
