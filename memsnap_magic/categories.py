@@ -18,6 +18,7 @@ from .roles import Roles, Storages
 
 ACTIVATION, OTHER, UNKNOWN = "activation", "other", "unknown"
 ORDER = ("parameter", "gradient", "optimizer_state", ACTIVATION, OTHER, UNKNOWN)  # how they are listed
+MODEL_STATE = ORDER[:3]  # what training keeps by design: never a leak
 _FREES = ("free_requested", "free_completed", "free")
 OTHER_NAMES = 16  # names beyond ORDER a file's categories are summed under
 

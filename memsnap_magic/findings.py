@@ -3,7 +3,8 @@ turns them into the dashboard's headline.
 
 The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
-  minus its start); consecutive leaking steps form one run;
+  minus its start; in a file labelled by category, at most what it made and kept besides
+  parameters, gradients and optimizer state); consecutive leaking steps form one run;
 - a step **spikes** when its rise over its start is more than twice the median rise of the steps
   shown and more than ``max(1 MiB, 1 % of its start)`` above that median;
 - an allocation **site leaks** in a leaking step when what is held from there at the step's end
@@ -103,14 +104,26 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
     return out
 
 
+def leaked(iv: Any) -> int:
+    """What a step kept that may be a leak: all it kept, or, where its file says what each block
+    was, no more than what it made and kept besides parameters, gradients and optimizer state
+    (AdamW's first step keeps its state and the gradients: no leak)."""
+    from .categories import MODEL_STATE, OTHER
+
+    parts = getattr(iv, "by_category", None)
+    if not parts:
+        return iv.kept
+    return min(iv.kept, sum(v for k, v in parts.items() if k not in MODEL_STATE and k != OTHER))
+
+
 def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
     """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
     intervals = own_figures(intervals)
-    leaking = [i for i, iv in enumerate(intervals) if iv.kept > _threshold(iv.baseline_allocated)]
+    leaking = [i for i, iv in enumerate(intervals) if leaked(iv) > _threshold(iv.baseline_allocated)]
     return [
         Leak(
             steps=tuple(steps[j] for j in run),
-            kept=tuple(intervals[j].kept for j in run),
+            kept=tuple(leaked(intervals[j]) for j in run),
             since=steps[run[0] - 1] if run[0] > 0 and _ended_before(intervals[run[0] - 1], intervals[run[0]]) else None,
         )
         for run in _consecutive(leaking)
@@ -145,7 +158,7 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
     for i, iv in enumerate(own):
         limit = _threshold(iv.baseline_allocated)
-        if iv.kept <= limit:
+        if leaked(iv) <= limit:
             continue
         j, k = before.get(i), after.get(i)
         if j is not None and ends[i] is not None and ends[j] is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends.registry import trace_index
-from .categories import category_name, totals
+from .categories import MODEL_STATE, category_name, totals
 from .figures import Figures
 from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
@@ -133,13 +133,19 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
         **summary.figures(),
         "top_blocks": [_plain(b) for b in at_peak[:TOP_BLOCKS]],
         "born": {b["addr"]: b["size"] for b in at_end[:TOP_BLOCKS]},  # largest first
-        "kept_by_site": _by_site(at_end, name=name),
-        "held_by_site": _by_site(held(summary), HELD_SITES, name),  # at_end's blocks among them
+        # sites of what can leak: a labelled file's parameters, gradients and optimizer state are
+        # left out (gradients made anew where backward ran from another function would move site)
+        "kept_by_site": _by_site(_leakable(at_end), name=name),
+        "held_by_site": _by_site(_leakable(held(summary)), HELD_SITES, name),  # at_end's blocks among them
         "oom": _oom(summary),
         **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
         "time_us": summary.times_at(keep),
         "allocated": summary.allocated[keep],
     }
+
+
+def _leakable(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for b in blocks if not (type(b["category"]) is str and b["category"] in MODEL_STATE)]
 
 
 def _plain(block: dict[str, Any]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ while its snapshot is the file it was made from: the same size, mtime and inode,
 it (a snapshot rewritten under the same name is read again). Summary files are untrusted input,
 like snapshots: one that is malformed is ignored with one warning and the snapshot read instead.
 
-The format (``VERSION`` 3), one JSON object::
+The format (``VERSION`` 4), one JSON object::
 
-    {"format": "memsnap-summary", "version": 3,
+    {"format": "memsnap-summary", "version": 4,
      "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,
@@ -50,7 +50,7 @@ from .snapshot import write_atomically
 from .state import STATE
 
 FORMAT = "memsnap-summary"
-VERSION = 3
+VERSION = 4
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)

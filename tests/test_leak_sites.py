@@ -10,7 +10,7 @@ from test_widget import interval
 
 from memsnap_magic import Recorder, session
 from memsnap_magic.cli import main
-from memsnap_magic.findings import leak_sites
+from memsnap_magic.findings import leak_sites, leaks
 from memsnap_magic.text import headline
 
 MiB = 1 << 20
@@ -121,11 +121,45 @@ def test_gradients_made_anew_each_step_are_no_leak_site(tmp_path):
             train_step()
     ivs = session().intervals
     assert [iv.kept for iv in ivs] == [2 * MiB] * 4
-    (grads,) = [s for s, b, _ in ivs[2].kept_by_site if b >= 4 * MiB]  # made, and held, by every step
-    assert [b for s, b, _ in ivs[1].held_by_site if s == grads] == [b for s, b, _ in ivs[2].held_by_site if s == grads]
-    (leak,) = leak_sites(ivs, [iv.step for iv in ivs])  # held no more from one end to the next: no leak
+    # the gradients, made and held by every step, are model state: no site that keeps
+    assert [b for _, b, _ in ivs[2].kept_by_site] == [2 * MiB]
+    (leak,) = leak_sites(ivs, [iv.step for iv in ivs])
     assert leak.steps == (1, 2, 3, 4) and leak.kept == (2 * MiB,) * 4
-    assert leak.site != grads and leak.site.startswith("train_step (")
+    assert leak.site.startswith("train_step (")
+
+
+def test_model_state_is_never_a_leak_nor_a_leaking_site(tmp_path):
+    """AdamW's first step keeps its state and the gradients: no leak. A step whose backward runs
+    from another function makes the gradients at another site: no leaking site either."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 1024)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(8, 1024)
+    history: list[torch.Tensor] = []
+
+    def plain_step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    def leaky_step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()  # the gradients' site moves here
+        opt.step()
+        history.append(torch.randn(1024, 512))  # 2 MiB kept per step
+
+    names = {"model": model, "opt": opt, "x": x, "history": history}
+    for step, train in ((1, plain_step), (2, plain_step), (3, leaky_step), (4, leaky_step)):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=names):
+            train()
+    ivs = session().intervals
+    steps = [iv.step for iv in ivs]
+    assert ivs[0].kept > 12 * MiB  # the gradients and AdamW's state, kept by design
+    (leak,) = leaks(ivs, steps)
+    assert (leak.steps, leak.kept) == ((3, 4), (2 * MiB, 2 * MiB))
+    (site,) = leak_sites(ivs, steps)
+    assert site.steps == (3, 4) and site.site.startswith("leaky_step (") and "history.append" not in site.site
+    assert headline(ivs).startswith("leak: steps 3–4 each kept +2.0 MiB")
 
 
 def test_steps_recorded_out_of_order_are_judged_against_the_step_that_ran_before(tmp_path, capsys):
