@@ -57,8 +57,15 @@ __all__ = [
 ]
 # one colour per run (the first is the single-run view's); the step's start in a lighter tint
 RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
-RUNS_TITLE = "Runs step by step (light: live at start; dashed: never cleared)"
-RUNS_CATEGORIES_TITLE = "Runs step by step, each peak by category (outlined in its run's colour)"
+RUNS_TITLES = {
+    "interval": "Runs step by step (light: live at start)",
+    "cumulative": "Runs step by step, never cleared (dashed)",
+    "both": "Runs step by step (light: live at start; dashed: never cleared)",
+    "categories": "Runs step by step, each peak by category",
+}
+RUNS_TITLE = RUNS_TITLES["both"]
+OUTLINE = "#444444"  # each run's bar, in the by-category view
+RUNS_CATEGORIES_TITLE = RUNS_TITLES["categories"]
 
 
 # Fixed layouts: constrained layout would double the drawing time.
@@ -267,7 +274,7 @@ def runs_figure(
     column = {step: i for i, step in enumerate(steps)}
     labels = [str(s) for s in steps]
     width = 0.8 / max(len(runs), 1)
-    fig.suptitle(RUNS_CATEGORIES_TITLE if view == "categories" else RUNS_TITLE, fontsize=TITLE_FONT, y=0.985)
+    fig.suptitle(RUNS_TITLES.get(view, RUNS_TITLE), fontsize=TITLE_FONT, y=0.985)
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
     names = _category_names([iv for _, ivs in runs for iv in ivs]) if view == "categories" else []
@@ -276,7 +283,7 @@ def runs_figure(
         color = RUN_COLORS[k % len(RUN_COLORS)]
         x = [column[iv.step] - 0.4 + width * (k + 0.5) for iv in ivs]
         base = [iv.baseline_allocated for iv in ivs]
-        if view == "categories" and x:  # each run's stacks outlined in its colour
+        if view == "categories" and x:  # the legend names the categories; the axis, the runs' order
             grey_named |= _category_bars(
                 peak_ax, x, ivs, names, width=width, legend=k == 0, plain_legend=not grey_named
             )
@@ -290,7 +297,7 @@ def runs_figure(
                 for c, iv in zip(x, ivs)
             ]
             peak_ax.add_collection(
-                PolyCollection(outline, facecolors="none", edgecolors=color, linewidths=1.5, label=label)
+                PolyCollection(outline, facecolors="none", edgecolors=OUTLINE, linewidths=0.8, label="_run")
             )
         if show_interval and x:
             bars(peak_ax, x, base, color=[_tint(color)], label="_start", width=width)
@@ -324,6 +331,8 @@ def runs_figure(
     peak_ax.margins(y=0.12)
     byte_axis(peak_ax)
     step_axis(peak_ax, labels, ticks=16)
+    if view == "categories":  # run colours beside category colours would read as categories
+        peak_ax.set_xlabel("step · bars in each, left to right: " + ", ".join(label for label, _ in runs))
     _kept_panel(kept_ax, labels)
     _size_panel(size_ax, labels)
     figure_legend(fig, [peak_ax])

@@ -85,11 +85,12 @@ class Dashboard:
             [
                 w.HTML(f"<style>{THEME_CSS}</style>"),
                 self.header,
-                w.HBox([self.view, self.group]),
+                w.HBox([self.view, self.group], layout=w.Layout(flex_flow="row wrap")),
                 self.view_help,
                 self.overview,
                 self.readout,
-                w.HBox([self.run, self.step, self.prev, self.next, self.follow]),
+                # wraps in a narrow output (a side bar open) instead of scrolling sideways
+                w.HBox([self.run, self.step, self.prev, self.next, self.follow], layout=w.Layout(flex_flow="row wrap")),
                 self.error,
                 self.detail,
                 self.usage,

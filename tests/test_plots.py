@@ -94,10 +94,10 @@ def test_runs_by_category_stack_each_runs_peak_and_outline_it_in_the_runs_colour
             (left, _), (_, top) = path.vertices.min(0), path.vertices.max(0)
             tops.setdefault(c.get_label().lstrip("_"), []).append((round(left, 3), top))
     assert sorted(tops["parameter"]) == [(-0.4, MiB), (0.0, MiB), (0.6, MiB), (1.0, MiB)]  # each run's own bar
-    assert [t for _, t in sorted(tops["before"])] == [3 * MiB, 3 * MiB]  # outlines at each run's peak
-    assert [t for _, t in sorted(tops["after"])] == [2 * MiB, 2 * MiB]
+    assert [t for _, t in sorted(tops["run"])] == [3 * MiB, 2 * MiB, 3 * MiB, 2 * MiB]  # each bar outlined
     legend = drawn(fig)[-1][0]
-    assert legend.count("parameter") == 1 and {"before", "after"} <= set(legend)  # colours named once
+    assert legend == ["parameter", "activation"]  # the categories' colours, once; no run colour among them
+    assert peak_ax.get_xlabel() == "step · bars in each, left to right: before, after"
     assert fig._suptitle.get_text() == plots.RUNS_CATEGORIES_TITLE
     # a later run without categories (a verl file) draws grey, and the legend says what grey is
     fig = plots.runs_figure([("before", before), ("verl", [interval(1, MiB, 2 * MiB, MiB)])], view="categories")
