@@ -161,7 +161,7 @@ class MemsnapMagics(Magics):
                     run = Tag("a folder name").parse(named[-1][3:])
                 except ValueError as e:
                     raise UsageError(f"%memsnap load: as={named[-1][3:]!r}: a run's name has {e}") from None
-            paths = [os.path.expanduser(w) for w in words if not w.startswith("as=")]
+            paths = [p for w in words if not w.startswith("as=") for p in _expanded(os.path.expanduser(w))]
             if not paths:
                 raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
             # every file first: a bad one leaves the session as it was; a bar while cold files are read
@@ -246,3 +246,15 @@ def _docstring() -> str:
 
 
 MemsnapMagics.memsnap.__doc__ = _docstring()
+
+
+def _expanded(word: str) -> list[str]:
+    """A path as a shell would pass it: ``memsnap/step*`` is every step folder (a name that
+    exists as written, or a pattern nothing matches, stays as it is)."""
+    if any(c in word for c in "*?[") and not os.path.lexists(word):
+        import glob
+
+        found = glob.glob(word)
+        if found:
+            return sorted(found)
+    return [word]

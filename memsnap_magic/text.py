@@ -234,10 +234,14 @@ def compare_runs(label: str, ivs: Sequence[Interval], other_label: str, other: S
     mine, base = max(common, key=lambda pair: abs(pair[0].peak_allocated - pair[1].peak_allocated))
     change = mine.peak_allocated - base.peak_allocated
     kept_mine, kept_base = sum(a.kept for a, _ in common), sum(b.kept for _, b in common)
-    return (
-        f"{label} vs {other_label} on {step_list(sorted(a.step for a, _ in common))}: "
+    peaks = (
         f"largest peak change at step {mine.step} ({fmt_bytes(base.peak_allocated)} → "
-        f"{fmt_bytes(mine.peak_allocated)}, {fmt_bytes(change, signed=True)}); kept in total "
+        f"{fmt_bytes(mine.peak_allocated)}, {fmt_bytes(change, signed=True)})"
+        if change
+        else "the same peaks"
+    )
+    return (
+        f"{label} vs {other_label} on {step_list(sorted(a.step for a, _ in common))}: {peaks}; kept in total "
         f"{fmt_bytes(kept_base, signed=True)} → {fmt_bytes(kept_mine, signed=True)}"
     )
 
@@ -325,7 +329,7 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
     for iv in intervals:
         runs[iv.run] = runs.get(iv.run, 0) + 1
     into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
-    again = f" (replacing {count_of(replaced, 'step')} loaded before)" if replaced else ""
+    again = f" (replacing {count_of(replaced, 'step')} already in the session)" if replaced else ""
     return (
         f"memsnap: loaded {count_of(len(intervals), 'snapshot')} into run{'s' * (len(runs) > 1)} {into}{again}: "
         f"steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"

@@ -399,8 +399,12 @@ class Dashboard:
                 f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
                 f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
                 f"{state}</div>{findings}"
-                f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}'>"
-                f"<pre style='font-size:smaller'>{html.escape(table)}</pre></div>"
+                f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}' "
+                f"alt='memsnap overview: peak, kept and snapshot size per step'>"
+                # columns stay columns: monospace wherever it lands (nbconvert styles pre otherwise),
+                # long paths scroll instead of wrapping mid-word
+                "<pre style='font-size:smaller;font-family:monospace;white-space:pre;overflow-x:auto'>"
+                f"{html.escape(table)}</pre></div>"
             ),
             "image/png": png,
             "text/plain": "\n".join([f"memsnap {as_of}", *self.findings, table]),

@@ -141,8 +141,13 @@ def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
     ]
     with pytest.raises(UsageError, match="no such file"):
         shell.run_line_magic("memsnap", "load /no/such/dir")
+    with pytest.raises(UsageError, match="no such file"):
+        shell.run_line_magic("memsnap", "load /no/such/step*")  # a pattern nothing matches stays as written
     with pytest.raises(UsageError, match="give one or more"):
         shell.run_line_magic("memsnap", "load")
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", f"load {verl_folder}/step1* as=first")  # as a shell would expand it
+    assert "loaded 4 snapshots into run 'first': steps 1, 10; ranks 0, 1" in capsys.readouterr().out
 
 
 def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):

@@ -498,6 +498,10 @@ def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
     display_id = sh.display_pub.outputs[-1]["transient"]["display_id"]
     assert "as of step 1 (1 step)" in still["text/plain"] and "1.0 MiB" in still["text/plain"]
     assert "data:image/png;base64," + still["image/png"] in still["text/html"]
+    # read without its kernel (nbconvert, a viewer): the picture says what it is, the table stays columns
+    assert (
+        "alt='memsnap overview" in still["text/html"] and "font-family:monospace;white-space:pre" in still["text/html"]
+    )
     run(sh, "%%memsnap\nv = torch.empty(2**21, dtype=torch.uint8)")
     updated = sh.display_pub.outputs[-1]
     assert updated["update"] and updated["transient"]["display_id"] == display_id

@@ -86,7 +86,7 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     out = capsys.readouterr().out
-    assert "into run 'before': steps 1" in out and "(replacing 1 step loaded before)" in out
+    assert "into run 'before': steps 1" in out and "(replacing 1 step already in the session)" in out
     assert [iv.step for iv in session().runs["before"].intervals] == [1]
     # nothing joins the session's own run; its numbering goes on past the step the reset forgot,
     # so the loaded step 1's file is not overwritten
@@ -168,6 +168,12 @@ def test_the_dashboard_compares_runs_step_by_step():
     assert "spike: step 5 rose +192.0 MiB" in d.header.value
     # the comparison reads earlier run -> later one whichever is selected: before -> after
     assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
+    from memsnap_magic.text import compare_runs
+
+    same = s.runs["after"].intervals
+    assert compare_runs("again", same, "after", same) == (
+        "again vs after on steps 1–9: the same peaks; kept in total ±0 B → ±0 B"
+    )
     # a click on the other run's bar in a column opens that run's step
     fig = d.overview_fig
     _send(d, "click", *_png_point(fig, fig.axes[0], 2 + 0.2, 10 * MiB))  # step 3, right half: "after"
