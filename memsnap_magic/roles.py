@@ -76,7 +76,11 @@ class Watch:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self.device = device
-        self._torch_device, self._strided = torch.device(device), torch.strided
+        try:
+            self._torch_device: Any = torch.device(device)
+        except RuntimeError:  # a device type this torch does not name (a stand-in's): compared as text
+            self._torch_device = None
+        self._strided = torch.strided
         self._modules, self._optimizers = _refs(modules), _refs(optimizers)
         self._named_model, self._named_optimizer = named_model, named_optimizer
         self._rediscover = rediscover
@@ -101,8 +105,10 @@ class Watch:
         for p in params:
             try:
                 grad = p.grad
-                if grad is None or grad.layout != strided or grad.device != device:
+                if grad is None or grad.layout != strided:
                     continue  # sparse gradients have no storage to match
+                if grad.device != device if device is not None else _device(grad) != self.device:
+                    continue
                 if only is not None and id(p) not in only:
                     continue
                 storage = grad.untyped_storage()
