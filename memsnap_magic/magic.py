@@ -173,8 +173,10 @@ class MemsnapMagics(Magics):
         for iv in loaded:  # still the same files after a %cd
             if iv.path is not None and not iv.path.is_absolute():
                 iv.path = Path.cwd() / iv.path
-        replaced = sum(STATE.session.add(iv) is not None for iv in loaded)
-        print(loaded_line(loaded, replaced))
+        there = set(map(id, STATE.session.intervals))
+        olds = [old for iv in loaded if (old := STATE.session.add(iv)) is not None]
+        skipped = [old for old in olds if id(old) not in there]  # a step written twice in the files
+        print(loaded_line(loaded, len(olds) - len(skipped), skipped))
 
     def _config(self, rest: str) -> None:
         defaults = STATE.session.defaults

@@ -7,10 +7,14 @@ and recording is stopped (or kept on, for ``clear=False``); our own failures bec
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
 import sys
+import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
@@ -28,6 +32,25 @@ if TYPE_CHECKING:
 
 
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
+_STARTING = threading.Lock()  # two threads starting blocks at once: one owns the device, one is told
+
+
+def _weakly(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value``, or a function returning it where it takes none."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
+
+
+def _stop_left_on() -> None:
+    """At exit, stop what a clear=false history left recording: PyTorch's profiler, still on
+    while the interpreter tears down, crashes the process (its files are written already)."""
+    with contextlib.suppress(Exception):
+        STATE.stop_all()
+
+
+atexit.register(_stop_left_on)  # registered after the writer's wait, so it runs before it
 
 
 def mark(step: int) -> None:
@@ -89,8 +112,11 @@ class Recorder:
         **keywords: Any,
     ) -> None:
         # model=/optimizer= as objects (a script's locals); as names they are options like the rest
+        # held weakly, as the namespace's models are: `del model` inside the block frees it there
         self._given = {
-            k: keywords.pop(k) for k in ("model", "optimizer") if not isinstance(keywords.get(k), (str, type(None)))
+            k: _weakly(keywords.pop(k))
+            for k in ("model", "optimizer")
+            if not isinstance(keywords.get(k), (str, type(None)))
         }
         if options is None:
             options = opts.from_keywords("Recorder", step=step, **keywords)
@@ -116,6 +142,7 @@ class Recorder:
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
         self._began_us = 0  # when the step being recorded began (µs since the epoch)
+        self._thread = 0  # the thread that started it
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -125,7 +152,7 @@ class Recorder:
         """
         if self.where is None:
             self.where = caller_outside(__file__)
-        with blamed_on(self.where):
+        with _STARTING, blamed_on(self.where):  # check and claim the device as one step
             return self._start()
 
     def _start(self) -> Recorder:
@@ -140,19 +167,24 @@ class Recorder:
         backend = backends.get_backend(backends.resolve_device(o.device))
         outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
+            where = "an enclosing block" if outer._thread == threading.get_ident() else "a block in another thread"
             warn(
-                f"memsnap: {backend.device} is already recorded by an enclosing block "
-                f"({describe_recorder(outer)}); this one runs unrecorded inside it",
+                f"memsnap: {backend.device} is already recorded by {where} "
+                f"({describe_recorder(outer)}); this one runs unrecorded",
                 stacklevel=2,
             )
             return self
         chained = STATE.chains.get(backend.device)
-        if backend.recording and chained is not None and chained != (o.run or "") and self.steps is None:
+        if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
             from .text import run_label
 
+            why = (
+                "a steps= loop records each listed step from a fresh history"
+                if self.steps is not None
+                else f"{run_label(o.run or '')} starts from a fresh history (a run's snapshots never hold another's)"
+            )
             warn(
-                f"memsnap: the clear=false history of {run_label(chained)} on {backend.device} ended here: "
-                f"{run_label(o.run or '')} starts from a fresh history (a run's snapshots never hold another's)",
+                f"memsnap: the clear=false history of {run_label(chained)} on {backend.device} ended here: {why}",
                 stacklevel=2,
             )
             backend.end(keep=False)
@@ -180,6 +212,7 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
+        self._thread = threading.get_ident()
         STATE.active.append(self)
         return self
 
@@ -305,7 +338,8 @@ class Recorder:
         return self.namespace if self._caller_code is None and not self._given else self._reach_now
 
     def _reach_now(self) -> dict[str, Any]:
-        return {**self._names(), **{f"<{key}=>": value for key, value in self._given.items()}}
+        given = {f"<{key}=>": ref() for key, ref in self._given.items()}
+        return {**self._names(), **{key: value for key, value in given.items() if value is not None}}
 
     def _training_objects(self) -> tuple[list[Any], list[Any]]:
         """The models and optimizers whose tensors the dump labels: named, given, else found."""
@@ -315,7 +349,8 @@ class Recorder:
         for key in ("model", "optimizer"):
             name = getattr(o, key)
             if key in self._given:
-                found[key] = [self._given[key]]
+                value = self._given[key]()
+                found[key] = [value] if value is not None else []
             elif name is not None:
                 head, *rest = name.split(".")
                 names = self._names()
@@ -333,11 +368,12 @@ class Recorder:
             "model": (torch.nn.Module, "torch.nn.Module"),
             "optimizer": (torch.optim.Optimizer, "torch.optim.Optimizer"),
         }
-        for key, (value,) in found.items():
+        for key, values in found.items():
             kind, public = kinds[key]
-            if not isinstance(value, kind):
-                named = getattr(o, key) or "the object given"
-                raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
+            for value in values:  # none: a given object since freed
+                if not isinstance(value, kind):
+                    named = getattr(o, key) or "the object given"
+                    raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
         if len(found) == 2:
             return found["model"], found["optimizer"]
         modules, optimizers = self._quietly(training_objects, self._names()) or ([], [])

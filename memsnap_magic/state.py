@@ -9,6 +9,7 @@ warnings already given. At import it needs only ``notice`` of ours (the session 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +39,9 @@ class ChainSteps:
     timed: list[tuple[int, Any]] = field(default_factory=list)  # (time_us, roles.Storages)
 
 
+_MAKING = threading.Lock()
+
+
 class State:
     def __init__(self) -> None:
         self._session: Session | None = None
@@ -57,7 +61,9 @@ class State:
         if self._session is None:
             from .session_state import Session  # here, not above: it needs numpy-free imports only
 
-            self._session = Session()
+            with _MAKING:  # two threads asking first must get one session, not one each
+                if self._session is None:
+                    self._session = Session()
         return self._session
 
     def recording_devices(self) -> list[str]:

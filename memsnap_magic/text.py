@@ -321,8 +321,9 @@ def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
-def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
-    """What ``%memsnap load`` brought in, and into which run(s)."""
+def loaded_line(intervals: Sequence[Interval], replaced: int = 0, skipped: Sequence[Interval] = ()) -> str:
+    """What ``%memsnap load`` brought in, and into which run(s); ``skipped``: older files of a
+    step and rank the files hold twice (a kernel restarted), as ``memsnap summarize`` says."""
     steps = sorted({iv.step for iv in intervals})
     ranks = sorted({iv.rank for iv in intervals})
     runs: dict[str, int] = {}
@@ -330,10 +331,15 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0) -> str:
         runs[iv.run] = runs.get(iv.run, 0) + 1
     into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
     again = f" (replacing {count_of(replaced, 'step')} already in the session)" if replaced else ""
-    return (
-        f"memsnap: loaded {count_of(len(intervals), 'snapshot')} into run{'s' * (len(runs) > 1)} {into}{again}: "
-        f"steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
+    line = (
+        f"memsnap: loaded {count_of(len(intervals) - len(skipped), 'snapshot')} into run{'s' * (len(runs) > 1)} "
+        f"{into}{again}: steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
     )
+    if skipped:
+        old = skipped[0]
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        line += f"\nmemsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}"
+    return line
 
 
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:

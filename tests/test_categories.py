@@ -110,6 +110,19 @@ def test_cells_without_models_carry_no_categories(tmp_path):
     assert legend(load_snapshot(iv.path)) == []
 
 
+def test_a_model_given_as_an_object_is_held_weakly(tmp_path):
+    import gc
+    import weakref
+
+    model, opt, _, _ = _mlp()
+    alive = weakref.ref(model), weakref.ref(opt)
+    with Recorder(device="cpu", out=tmp_path, step=1, model=model, optimizer=opt, namespace={}):
+        del model, opt
+        gc.collect()
+        freed = [ref() is None for ref in alive]
+    assert freed == [True, True]  # inside the block, as without the recorder
+
+
 def test_optimizer_hooks_come_off_whatever_happens(tmp_path):
     model, opt, x, y = _mlp()
     loss = torch.nn.functional.cross_entropy(model(x), y)

@@ -292,3 +292,23 @@ def test_links_that_are_not_step_folders_are_not_followed_and_spellings_are_one_
         assert main(["summarize", *spelled, "--json"]) == 0, spelled
         records = json.loads(capsys.readouterr().out)
         assert [(r["step"], r["peak_allocated"]) for r in records] == [(1, 1024), (2, 2048)], spelled
+
+
+def test_memsnap_load_names_the_older_file_of_a_step_written_twice(shell, tmp_path, capsys):
+    for pid, end_us, size in (("pid7-aaaaaa", 2_000, 2 * 1024), ("pid9-bbbbbb", 1_000, 1024)):  # pid9 is older
+        snap = snapshot(alloc(0x1000, size, 10), {0x1000: size})
+        snap["memsnap"] = {
+            "step": 3,
+            "rank": 0,
+            "device": "cpu",
+            "tag": "torch_memory",
+            "error": None,
+            "end_us": end_us,
+        }
+        dump_snapshot(snap, tmp_path / "step3" / f"torch_memory_rank0_{pid}.pickle")
+    shell.run_line_magic("memsnap", f"load {tmp_path} as=x")
+    out = capsys.readouterr().out
+    assert "loaded 1 snapshot into run 'x'" in out and "replacing" not in out  # the session held nothing
+    assert "step 3 rank 0 has a newer file; skipped" in out and "pid9-bbbbbb" in out
+    shell.run_line_magic("memsnap", f"load {tmp_path} as=x")
+    assert "(replacing 1 step already in the session)" in capsys.readouterr().out

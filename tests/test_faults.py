@@ -468,3 +468,54 @@ def test_an_interrupt_in_mark_leaves_no_optimizer_hook_behind(tmp_path, monkeypa
             model(torch.ones(2, 4)).sum().backward()
             opt.step()
     assert len(optimizers._global_optimizer_pre_hooks) == before
+
+
+def test_a_script_ending_with_a_never_cleared_history_on_exits_cleanly(tmp_path):
+    """PyTorch's profiler, still on while the interpreter tears down, crashed the process."""
+    script = (
+        "import torch\nfrom memsnap_magic import Recorder\n"
+        "with Recorder(step=1, clear=False, out='out', device='cpu'):\n    x = torch.ones(1000)\nprint('done')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
+    assert len(list((tmp_path / "out").rglob("*.pickle"))) == 1
+
+
+def test_two_threads_starting_blocks_at_once_record_one_and_say_so(tmp_path):
+    import threading
+
+    import torch
+
+    from memsnap_magic import Recorder
+
+    gate = threading.Barrier(2)
+
+    def block(rank: int) -> None:
+        gate.wait()  # both start at once
+        with Recorder(step=2, out=tmp_path, device="cpu", rank=rank, namespace={}):
+            torch.ones(2**18)
+            time.sleep(0.3)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=block, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    (iv,) = session().intervals  # one recording, in the session the other thread also sees
+    assert iv.trace_entries > 0
+    assert any("already recorded by a block in another thread" in m for m in ours(caught))
+
+
+def test_a_steps_loop_after_a_never_cleared_cell_says_the_history_ended(shell):
+    shell.run_cell("import torch")
+    assert shell.run_cell("%%memsnap step=1 device=cpu clear=false\na = torch.ones(1000)").success
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell(
+            "%%memsnap steps=2,3 device=cpu\nfor s in (2, 3):\n    mark(s)\n    b = torch.ones(100 * s)"
+        )
+    assert res.success
+    assert any("ended here: a steps= loop records each listed step from a fresh history" in m for m in ours(caught))
+    assert [iv.step for iv in session().intervals] == [1, 2, 3]

@@ -200,3 +200,33 @@ def test_a_scripts_recorder_warns_from_its_with_line(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "<string>:5: RuntimeWarning: memsnap: steps=1,2: no listed step began" in out.stderr
+
+
+def test_a_worker_forked_after_the_cpu_route_recorded_is_refused_not_hung(tmp_path):
+    """PyTorch's profiler hangs when started again in a child forked from a process that ran
+    it: the child's block says so and how to start workers instead."""
+    script = textwrap.dedent(
+        """
+        import multiprocessing as mp, sys, torch
+        from memsnap_magic import Recorder
+
+        def worker(out):
+            try:
+                with Recorder(step=2, out=out, device="cpu"):
+                    torch.ones(10)
+            except Exception as e:
+                return f"{type(e).__name__}: {e}"
+            return "recorded"
+
+        if __name__ == "__main__":
+            with Recorder(step=1, out=sys.argv[1], device="cpu", wait=True):
+                torch.ones(10)
+            with mp.get_context("fork").Pool(1) as pool:
+                print(pool.map(worker, [sys.argv[1]])[0])
+        """
+    )
+    (tmp_path / "w.py").write_text(script)
+    out = subprocess.run(
+        [sys.executable, "w.py", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.startswith("BackendError: device=cpu: this process was forked") and "'spawn'" in out.stdout

@@ -62,6 +62,7 @@ class _Profiler:
         self.events_read = 0  # allocation events the reader found in what is spent (the backend counts them)
         self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
         self._rss_at_start: int | None = None
+        self._used_in: int | None = None  # the process that started a session (a fork's child cannot)
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -90,6 +91,13 @@ class _Profiler:
         """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
         from torch._C._autograd import _enable_profiler, _prepare_profiler
 
+        if self._used_in not in (None, os.getpid()):
+            raise BackendError(
+                "device=cpu: this process was forked from one that had recorded on the CPU, and "
+                "PyTorch's profiler hangs when started again in such a child; start the worker "
+                "with multiprocessing's 'spawn' method (multiprocessing.get_context('spawn'))"
+            )
+        self._used_in = os.getpid()
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
         self._rss_at_start = _resident_bytes()
