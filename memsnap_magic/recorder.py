@@ -50,7 +50,7 @@ def _stop_left_on() -> None:
         STATE.stop_all()
 
 
-atexit.register(_stop_left_on)  # registered after the writer's wait, so it runs before it
+atexit.register(_stop_left_on)  # before or after the writer's wait: the files are handed over already
 
 
 def mark(step: int) -> None:
