@@ -150,10 +150,9 @@ def test_memsnap_load_brings_dumps_into_the_session(shell, verl_folder, capsys):
     assert "loaded 4 snapshots into run 'first': steps 1, 10; ranks 0, 1" in capsys.readouterr().out
 
 
-def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):
-    from memsnap_magic.snapshot import dump_snapshot
-
-    for pid, end_us, size in (("pid7-aaaaaa", 2_000, 2 * 1024), ("pid9-bbbbbb", 1_000, 1024)):  # pid9 is older
+def _step_written_twice(folder):
+    """Step 3 of rank 0 as two files, as a restarted kernel leaves it: pid9's is the older one."""
+    for pid, end_us, size in (("pid7-aaaaaa", 2_000, 2 * 1024), ("pid9-bbbbbb", 1_000, 1024)):
         snap = snapshot(alloc(0x1000, size, 10), {0x1000: size})
         snap["memsnap"] = {
             "step": 3,
@@ -163,7 +162,11 @@ def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):
             "error": None,
             "end_us": end_us,
         }
-        dump_snapshot(snap, tmp_path / "step3" / f"torch_memory_rank0_{pid}.pickle")
+        dump_snapshot(snap, folder / "step3" / f"torch_memory_rank0_{pid}.pickle")
+
+
+def test_a_step_written_twice_reads_the_newer_file_and_says_so(tmp_path):
+    _step_written_twice(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "memsnap_magic", "summarize", "--json", str(tmp_path)], capture_output=True, text=True
     )
@@ -295,17 +298,7 @@ def test_links_that_are_not_step_folders_are_not_followed_and_spellings_are_one_
 
 
 def test_memsnap_load_names_the_older_file_of_a_step_written_twice(shell, tmp_path, capsys):
-    for pid, end_us, size in (("pid7-aaaaaa", 2_000, 2 * 1024), ("pid9-bbbbbb", 1_000, 1024)):  # pid9 is older
-        snap = snapshot(alloc(0x1000, size, 10), {0x1000: size})
-        snap["memsnap"] = {
-            "step": 3,
-            "rank": 0,
-            "device": "cpu",
-            "tag": "torch_memory",
-            "error": None,
-            "end_us": end_us,
-        }
-        dump_snapshot(snap, tmp_path / "step3" / f"torch_memory_rank0_{pid}.pickle")
+    _step_written_twice(tmp_path)
     shell.run_line_magic("memsnap", f"load {tmp_path} as=x")
     out = capsys.readouterr().out
     assert "loaded 1 snapshot into run 'x'" in out and "replacing" not in out  # the session held nothing
