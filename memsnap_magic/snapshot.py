@@ -166,10 +166,15 @@ def _memory_cap(size: int) -> Iterator[None]:
 
 def _data_bytes() -> int | None:
     """The process's data segment now (``VmData``: what RLIMIT_DATA counts)."""
+    return proc_bytes("/proc/self/status", b"VmData:")
+
+
+def proc_bytes(path: str, key: bytes) -> int | None:
+    """The ``key: N kB`` line of a Linux /proc file, in bytes; None where there is none."""
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmData:"):
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass

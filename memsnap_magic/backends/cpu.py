@@ -501,13 +501,11 @@ def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int]
 
 def _available_bytes() -> int | None:
     """Memory a new allocation could still get (Linux ``MemAvailable``), where the system says."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    from ..snapshot import proc_bytes
+
+    available = proc_bytes("/proc/meminfo", b"MemAvailable:")
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
