@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from .readable import clean, one_line
 from .scan import default_jobs
 from .snapshot import SnapshotError
-from .text import count_of, fmt_bytes, interval_table, run_label, step_list
+from .text import count_of, fmt_bytes, interval_table, run_label, skipped_line, step_list
 
 _RECORD_KEYS = (
     "run",
@@ -84,12 +84,7 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     s = Session()
     skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped
-        old = skipped[0]
-        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
-        print(
-            f"memsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}",
-            file=sys.stderr,
-        )
+        print(skipped_line(skipped), file=sys.stderr)
     return s
 
 

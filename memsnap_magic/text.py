@@ -335,11 +335,15 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0, skipped: Seque
         f"memsnap: loaded {count_of(len(intervals) - len(skipped), 'snapshot')} into run{'s' * (len(runs) > 1)} "
         f"{into}{again}: steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
     )
-    if skipped:
-        old = skipped[0]
-        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
-        line += f"\nmemsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}"
-    return line
+    return f"{line}\n{skipped_line(skipped)}" if skipped else line
+
+
+def skipped_line(skipped: Sequence[Interval]) -> str:
+    """The older files of steps written twice (a kernel restarted), read past: the first, and
+    how many more (``memsnap summarize`` and ``%memsnap load`` say it alike)."""
+    old = skipped[0]
+    more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+    return f"memsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}"
 
 
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
