@@ -159,10 +159,13 @@ def bars(
     color: Any,
     label: str = "",
     width: float = 0.8,
+    edgecolor: Any = "none",
+    linewidth: float | None = None,
 ) -> PolyCollection:
     """Vertical bars as one collection: hundreds of steps draw as fast as a few. Past ``DENSE``
     consecutive steps, bars would be thinner than the gaps between them and alias into stripes:
-    they become one stepped area per colour, each step still its own flat top."""
+    they become one stepped area per colour, each step still its own flat top. ``edgecolor``
+    with ``color="none"``: outlines only."""
     xs = np.asarray(x, dtype=float)
     if len(xs) > DENSE and width >= 0.8 and np.all(np.diff(xs) == 1):
         return _stepped(ax, xs, height, bottom, color=color, label=label)
@@ -172,7 +175,7 @@ def bars(
     verts = np.stack(
         [np.stack([x0, lo], 1), np.stack([x0, hi], 1), np.stack([x0 + width, hi], 1), np.stack([x0 + width, lo], 1)], 1
     )
-    bars = PolyCollection(verts, facecolors=color, edgecolors="none", label=label)
+    bars = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=linewidth, label=label)
     ax.add_collection(bars)
     ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
     ax.autoscale_view()

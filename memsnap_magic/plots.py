@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import AutoLocator, FuncFormatter, NullLocator
@@ -63,9 +62,7 @@ RUNS_TITLES = {
     "both": "Runs step by step (light: live at start; dashed: never cleared)",
     "categories": "Runs step by step, each peak by category",
 }
-RUNS_TITLE = RUNS_TITLES["both"]
 OUTLINE = "#444444"  # each run's bar, in the by-category view
-RUNS_CATEGORIES_TITLE = RUNS_TITLES["categories"]
 
 
 # Fixed layouts: constrained layout would double the drawing time.
@@ -274,7 +271,7 @@ def runs_figure(
     column = {step: i for i, step in enumerate(steps)}
     labels = [str(s) for s in steps]
     width = 0.8 / max(len(runs), 1)
-    fig.suptitle(RUNS_TITLES.get(view, RUNS_TITLE), fontsize=TITLE_FONT, y=0.985)
+    fig.suptitle(RUNS_TITLES.get(view, RUNS_TITLES["both"]), fontsize=TITLE_FONT, y=0.985)
     panel_title(peak_ax, "Peak allocated memory")
     show_interval, show_cumul = view in ("interval", "both"), view in ("cumulative", "both")
     names = _category_names([iv for _, ivs in runs for iv in ivs]) if view == "categories" else []
@@ -287,18 +284,8 @@ def runs_figure(
             grey_named |= _category_bars(
                 peak_ax, x, ivs, names, width=width, legend=k == 0, plain_legend=not grey_named
             )
-            outline = [
-                [
-                    (c - width / 2, 0),
-                    (c - width / 2, iv.peak_allocated),
-                    (c + width / 2, iv.peak_allocated),
-                    (c + width / 2, 0),
-                ]
-                for c, iv in zip(x, ivs)
-            ]
-            peak_ax.add_collection(
-                PolyCollection(outline, facecolors="none", edgecolors=OUTLINE, linewidths=0.8, label="_run")
-            )
+            peaks = [iv.peak_allocated for iv in ivs]
+            bars(peak_ax, x, peaks, color="none", edgecolor=OUTLINE, linewidth=0.8, label="_run", width=width)
         if show_interval and x:
             bars(peak_ax, x, base, color=[_tint(color)], label="_start", width=width)
             bars(peak_ax, x, [iv.peak_increase for iv in ivs], bottom=base, color=color, label=label, width=width)

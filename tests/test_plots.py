@@ -98,7 +98,7 @@ def test_runs_by_category_stack_each_runs_peak_and_outline_it_in_the_runs_colour
     legend = drawn(fig)[-1][0]
     assert legend == ["parameter", "activation"]  # the categories' colours, once; no run colour among them
     assert peak_ax.get_xlabel() == "step · bars in each, left to right: before, after"
-    assert fig._suptitle.get_text() == plots.RUNS_CATEGORIES_TITLE
+    assert fig._suptitle.get_text() == plots.RUNS_TITLES["categories"]
     # a later run without categories (a verl file) draws grey, and the legend says what grey is
     fig = plots.runs_figure([("before", before), ("verl", [interval(1, MiB, 2 * MiB, MiB)])], view="categories")
     assert "no categories" in drawn(fig)[-1][0]
