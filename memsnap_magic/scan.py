@@ -55,9 +55,11 @@ def read_intervals(
     wait_for_writes()
     files = find_snapshots(paths)
     stats = [_stat(p) for p in files]
-    once = {(st.st_dev, st.st_ino): n for n, st in reversed(list(enumerate(stats)))}  # the first of each file
-    if len(once) < len(files):
-        files, stats = [files[n] for n in sorted(once.values())], [stats[n] for n in sorted(once.values())]
+    first: dict[tuple[int, int], int] = {}  # each file once, where it was first reached
+    for n, st in enumerate(stats):
+        first.setdefault((st.st_dev, st.st_ino), n)
+    if len(first) < len(files):
+        files, stats = [files[n] for n in first.values()], [stats[n] for n in first.values()]
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
     jobs = min(max(jobs, 1), len(todo))
