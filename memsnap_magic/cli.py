@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from .readable import clean, one_line
 from .scan import default_jobs
 from .snapshot import SnapshotError
-from .text import count_of, fmt_bytes, interval_table, run_label, skipped_line, step_list
+from .text import files_phrase, fmt_bytes, interval_table, run_label, skipped_line, step_list
 
 _RECORD_KEYS = (
     "run",
@@ -172,7 +172,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     data = png(fig)
     with open(args.output, "wb") as f:
         f.write(data)
-    print(f"memsnap: wrote {clean(args.output)} ({count_of(len(s.intervals), 'step')})")
+    print(f"memsnap: wrote {clean(args.output)} ({files_phrase(s.intervals)})")
 
 
 def _check_output(path: str) -> None:

@@ -327,10 +327,11 @@ def runs_figure(
 
 
 @plain_text
-def detail_figure(iv: Any, fig: Figure | None = None) -> Figure:
-    """One step's allocated-memory timeline (decimated, peaks kept) with its peak marked."""
+def detail_figure(iv: Any, fig: Figure | None = None, *, name_rank: bool = False) -> Figure:
+    """One step's allocated-memory timeline (decimated, peaks kept) with its peak marked.
+    ``name_rank``: the title says the rank even when it is 0 (the session holds several)."""
     fig, (ax,) = reuse_figure(fig, "detail", 3.2, _detail_axes)
-    where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
+    where = f"{iv.device}, rank {iv.rank}" if name_rank or iv.rank != 0 else iv.device
     panel_title(
         ax,
         f"Step {iv.step} ({where}): allocated memory over the step\n"

@@ -321,6 +321,17 @@ def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
+def files_phrase(intervals: Sequence[Interval]) -> str:
+    """``3 steps``; ``6 snapshots: 3 steps × 2 ranks`` where several ranks (or runs) share the steps."""
+    steps = len({iv.step for iv in intervals})
+    ranks = len({iv.rank for iv in intervals})
+    runs = len({iv.run for iv in intervals})
+    if len(intervals) == steps:
+        return count_of(steps, "step")
+    parts = [count_of(steps, "step")] + [count_of(n, noun) for n, noun in ((ranks, "rank"), (runs, "run")) if n > 1]
+    return f"{count_of(len(intervals), 'snapshot')}: {' × '.join(parts)}"
+
+
 def loaded_line(intervals: Sequence[Interval], replaced: int = 0, skipped: Sequence[Interval] = ()) -> str:
     """What ``%memsnap load`` brought in, and into which run(s); ``skipped``: older files of a
     step and rank the files hold twice (a kernel restarted), as ``memsnap summarize`` says."""

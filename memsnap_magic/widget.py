@@ -356,7 +356,9 @@ class Dashboard:
             if iv.error or oom
             else ""
         )
-        self.detail_fig = self._figs["detail"] = plots.detail_figure(iv, fig=self._figs.get("detail"))
+        self.detail_fig = self._figs["detail"] = plots.detail_figure(
+            iv, fig=self._figs.get("detail"), name_rank=len({rank for rank, _ in self.groups()}) > 1
+        )
         self.detail.value = plots.png(self.detail_fig)
         self.blocks.value = blocks_table(iv, recorded_before(iv, self._run_intervals(iv.run)))
         lines = [*caveats(iv), usage_line(iv)]

@@ -66,7 +66,7 @@ def test_summarize_table_and_files_in_given_order(verl_folder, tmp_path, capsys)
     assert "step" in out and "100 B" in out and "a.pickle" in out
 
 
-def test_plot_writes_a_png(verl_folder, tmp_path, monkeypatch):
+def test_plot_writes_a_png(verl_folder, tmp_path, monkeypatch, capsys):
     from memsnap_magic import plots
 
     drawn = []
@@ -76,7 +76,9 @@ def test_plot_writes_a_png(verl_folder, tmp_path, monkeypatch):
     out = tmp_path / "overview.png"
     assert main(["plot", str(verl_folder), "-o", str(out)]) == 0  # two ranks: the ranks view
     assert out.read_bytes()[:4] == b"\x89PNG"
+    assert capsys.readouterr().out.endswith("(6 snapshots: 3 steps × 2 ranks)\n")  # not "6 steps"
     assert main(["plot", str(verl_folder / "step5" / "torch_memory_rank0_pid40.pickle"), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("(1 step)\n")
     assert drawn == ["ranks_figure", "overview_figure"]
 
 

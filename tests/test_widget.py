@@ -146,6 +146,8 @@ def test_several_ranks_show_max_min_and_imbalance_then_one_rank(session):
     assert [(iv.step, iv.rank) for iv in d.shown()] == [(1, 1), (2, 0), (3, 0)]  # the top rank per step
     d.step.value = 0
     assert "rank 1" in d.detail_fig.axes[0].get_title(loc="left")
+    d.step.value = 1  # step 2's top rank is 0: named too, beside rank 1
+    assert "(cpu, rank 0)" in d.detail_fig.axes[0].get_title(loc="left")
     d.group.value = (1, "cpu")
     assert [iv.rank for iv in d.shown()] == [1, 1] and len(d.step.options) == 2
     assert bars(d.overview_fig.axes[0], THIS_STEP) == [[70 * MiB, 45 * MiB]]
