@@ -38,8 +38,9 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
     import torch
 
     values = list(namespace.values())
-    modules = [v for v in values if isinstance(v, torch.nn.Module)]
-    optimizers = [v for v in values if isinstance(v, torch.optim.Optimizer)]
+    # by type(): isinstance would read a proxy's __class__, running its code
+    modules = [v for v in values if issubclass(type(v), torch.nn.Module)]
+    optimizers = [v for v in values if issubclass(type(v), torch.optim.Optimizer)]
     return _unique(modules), _unique(optimizers)
 
 

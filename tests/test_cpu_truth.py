@@ -50,6 +50,27 @@ def test_memory_changed_between_recorded_cells_is_said(cpu):
     assert two.baseline_allocated == session().intervals[0].end_allocated + 4 * MiB
 
 
+def test_tensors_in_closures_defaults_and_class_attributes_of_the_notebook_are_counted(cpu):
+    # made in plain cells, so only a walk finds them: a cache in a class attribute, a closure
+    # (a hook's captured tensor), a default; a function of another module is not looked into
+    run(
+        cpu,
+        "class Cache:\n    store = []\n"
+        "def make():\n    held = torch.ones(2**18)\n    return lambda: held\n"
+        "def scaled(x, w=torch.ones(2**18)):\n    return x * w\n"
+        "def elsewhere(w=torch.ones(2**20)):\n    return w\n"
+        "elsewhere.__module__ = 'some_library'",
+    )
+    run(cpu, "%%memsnap step=1\nk = 1")
+    run(cpu, "Cache.store.append(torch.ones(2**18)); f = make()")
+    run(cpu, "%%memsnap step=2\nk = 2")
+    run(cpu, "%%memsnap step=3\nCache.store.clear(); del f")
+    one, two, three = session().intervals
+    assert one.baseline_allocated == 1 * MiB  # the default of scaled, not that of elsewhere
+    assert two.moved == 2 * MiB and two.baseline_allocated == 3 * MiB
+    assert three.kept == -2 * MiB and three.end_allocated == 1 * MiB
+
+
 def test_a_block_at_an_address_a_watched_one_had_stays_counted(cpu):
     # the allocator hands a freed block's address to the next block of its size: the new one,
     # which no walk reaches (names starting with _ are not walked), must not be taken for the old
@@ -394,6 +415,13 @@ def test_the_walk_runs_none_of_the_users_code(cpu):
         "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
         "        calls.append('torch_function')\n"
         "        return super().__torch_function__(func, types, args, kwargs or {})\n"
+        "class Name(str):\n    def __eq__(self, other):\n        calls.append('eq'); return True\n"
+        "    __hash__ = str.__hash__\n"
+        "class Meta(type):\n    def __getattribute__(cls, name):\n"
+        "        calls.append('meta ' + name); return type.__getattribute__(cls, name)\n"
+        "class Odd(metaclass=Meta):\n    kept = torch.ones(4)\n"
+        "def named(w=torch.ones(4)):\n    return w\n"
+        "named.__module__ = Name('x')\n"
         "p, d, l, q = Proxy(), D(a=torch.ones(4)), L([torch.ones(4)]), Prop()\n"
         "t = torch.ones(1024).as_subclass(T)\n"
         "calls.clear()",
@@ -401,7 +429,7 @@ def test_the_walk_runs_none_of_the_users_code(cpu):
     run(cpu, "%%memsnap step=1\npass")
     assert cpu.user_ns["calls"] == []
     # and what the containers hold is still found: the start holds their tensors
-    assert session().intervals[0].baseline_allocated >= 4096 + 16 + 16
+    assert session().intervals[0].baseline_allocated >= 4096 + 16 + 16 + 16  # Odd.kept too
 
 
 def test_a_profile_hook_of_the_users_keeps_running(cpu):

@@ -3,7 +3,9 @@
 The CPU route cannot see blocks allocated while it was not recording; these are found here
 instead: module parameters and buffers, gradients, optimizer state, and tensors in containers
 (deques too), object attributes and slots a few levels deep, numpy views of tensors, the
-buffers of sparse and nested tensors (a few ms, unlike a full ``gc.get_objects()`` walk).
+buffers of sparse and nested tensors, the closures, defaults and class attributes of the
+functions and classes the namespace's own module defined (a few ms, unlike a full
+``gc.get_objects()`` walk).
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ def _walk(
     found: dict[int, int] = {}
     seen: set[int] = set()
     left = [limit]
-    skip = (ModuleType, type, FunctionType, str, bytes, int, float, bool, type(None))
+    skip = (ModuleType, str, bytes, int, float, bool, type(None))
+    # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
+    # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
+    home = roots.get("__name__") if type(roots) is dict else None
 
     def add(t: torch.Tensor) -> None:
         if t.device.type != "cpu":
@@ -134,6 +139,13 @@ def _walk(
                     visit_all(dict.values(state), 1)
             elif level <= 0:
                 return
+            elif kind is FunctionType:
+                if _is(obj.__module__, home):
+                    visit_all(_held_by_function(obj), level - 1)
+            elif issubclass(kind, type):
+                attrs = _CLASS_DICT(obj)  # type's own slot: a metaclass's properties are not run
+                if _is(attrs.get("__module__"), home):
+                    visit_all(attrs.values(), level - 1)
             elif issubclass(kind, dict):
                 visit_all(dict.values(obj), level - 1)
             elif issubclass(kind, _CONTAINERS):
@@ -167,6 +179,25 @@ def _walk(
 
 
 _CONTAINERS = (list, tuple, set, frozenset, deque)
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def _is(name: Any, home: Any) -> bool:
+    """Whether a ``__module__`` names ``home``, compared only as a str (an object's ``__eq__`` is not run)."""
+    return type(name) is str and type(home) is str and name == home
+
+
+def _held_by_function(fn: FunctionType) -> Iterable[Any]:
+    """What a function holds: its closure's cells, its defaults (C-level reads, no code of its)."""
+    for cell in fn.__closure__ or ():
+        try:
+            yield cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+    yield from fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__
+    if type(kwdefaults) is dict:
+        yield from dict.values(kwdefaults)
 
 
 def _builtin_iter(kind: type) -> Any:
