@@ -44,6 +44,27 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
     return _unique(modules), _unique(optimizers)
 
 
+def module_parameters(modules: Iterable[Any]) -> list[Any]:
+    """The parameters of ``modules`` and their submodules, read from torch's own ``_parameters``
+    and ``_modules`` dicts (what ``parameters()`` reads): a model's override of it is not run."""
+    found: dict[int, Any] = {}
+    seen: set[int] = set()
+    stack = list(modules)
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        try:
+            attrs = object.__getattribute__(module, "__dict__")
+            params, children = attrs["_parameters"], attrs["_modules"]
+            found.update((id(p), p) for p in dict.values(params) if p is not None)
+            stack.extend(child for child in dict.values(children) if child is not None)
+        except Exception:  # a module built its own way: its public API, as a last resort
+            found.update((id(p), p) for p in module.parameters())
+    return list(found.values())
+
+
 def _unique(objects: Iterable[Any]) -> list[Any]:
     return list({id(o): o for o in objects}.values())
 
@@ -86,7 +107,7 @@ class Watch:
         self._named_model, self._named_optimizer = named_model, named_optimizer
         self._rediscover = rediscover
         # the named model's parameters (ids: the hook must not keep them alive), the named optimizer
-        self._param_ids = {id(p) for m in modules for p in m.parameters()} if named_model else None
+        self._param_ids = {id(p) for p in module_parameters(modules)} if named_model else None
         self._stepping = {id(o) for o in optimizers} if named_optimizer else None
         start = self.storages()
         # also a moment like an optimizer step's: a clear=false snapshot holds blocks made in the
@@ -141,7 +162,7 @@ class Watch:
         this device, now."""
         found: Storages = {}
         optimizers = _alive(self._optimizers)
-        params = {id(p): p for m in _alive(self._modules) for p in m.parameters()}
+        params = {id(p): p for p in module_parameters(_alive(self._modules))}
         if not self._named_model:  # a named model's are the parameters; else every optimizer's too
             for opt in optimizers:
                 for group in opt.param_groups:

@@ -71,6 +71,29 @@ def test_tensors_in_closures_defaults_and_class_attributes_of_the_notebook_are_c
     assert three.kept == -2 * MiB and three.end_allocated == 1 * MiB
 
 
+def test_a_modules_plain_tensor_attributes_are_counted_and_its_own_methods_never_run(cpu):
+    run(
+        cpu,
+        "calls = []\n"
+        "class PE(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = torch.nn.Linear(256, 256, bias=False)\n"  # 256 KiB, a submodule's parameter
+        "        self.pe = torch.ones(2**18)\n"  # 1 MiB, a plain attribute: no parameter, no buffer
+        "    def parameters(self, recurse=True):\n"
+        "        calls.append('parameters'); return super().parameters(recurse)\n"
+        "    def named_modules(self, *a, **k):\n"
+        "        calls.append('named_modules'); return super().named_modules(*a, **k)\n"
+        "m = PE()",
+    )
+    run(cpu, "%%memsnap step=1\nk = 1")
+    assert session().intervals[0].baseline_allocated == 1 * MiB + 256 * 1024
+    run(cpu, "m.pe = torch.ones(2**19); seen = list(calls)")  # replaced in a plain cell
+    run(cpu, "%%memsnap step=2\nk = 2")
+    assert session().intervals[1].moved == 1 * MiB
+    assert cpu.user_ns["calls"] == cpu.user_ns["seen"] == []
+
+
 def test_a_block_at_an_address_a_watched_one_had_stays_counted(cpu):
     # the allocator hands a freed block's address to the next block of its size: the new one,
     # which no walk reaches (names starting with _ are not walked), must not be taken for the old

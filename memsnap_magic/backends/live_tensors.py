@@ -1,7 +1,7 @@
 """The CPU tensors reachable from the user's namespace, walked within a budget.
 
 The CPU route cannot see blocks allocated while it was not recording; these are found here
-instead: module parameters and buffers, gradients, optimizer state, and tensors in containers
+instead: module parameters, buffers and tensor attributes, gradients, optimizer state, tensors in containers
 (deques too), object attributes and slots a few levels deep, numpy views of tensors, the
 buffers of sparse and nested tensors, the closures, defaults and class attributes of the
 functions and classes the namespace's own module defined (a few ms, unlike a full
@@ -132,7 +132,7 @@ def _walk(
                 elif graphs and obj.grad_fn is not None:
                     graph(obj.grad_fn)
             elif issubclass(kind, torch.nn.Module):
-                visit_all(chain(obj.parameters(), obj.buffers()), 0)
+                visit_all(_module_members(obj), 0)
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state
                 if isinstance(state, dict):
@@ -180,6 +180,20 @@ def _walk(
 
 _CONTAINERS = (list, tuple, set, frozenset, deque)
 _CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def _module_members(module: Any) -> Iterable[Any]:
+    """A module's parameters, buffers, submodules and tensors kept as plain attributes
+    (``self.pe = pe``), read from its own dicts: an overridden ``parameters()`` is not run."""
+    if not _plain_dict(type(module)):
+        return ()
+    attrs = object.__getattribute__(module, "__dict__")
+    if type(attrs) is not dict:
+        return ()
+    parts = [attrs.get(key) for key in ("_parameters", "_buffers", "_modules")]
+    owned = (dict.values(part) for part in parts if issubclass(type(part), dict))  # a dict or OrderedDict
+    public = (value for name, value in attrs.items() if type(name) is str and not name.startswith("_"))
+    return chain(chain.from_iterable(owned), public)
 
 
 def _is(name: Any, home: Any) -> bool:
