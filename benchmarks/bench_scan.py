@@ -30,7 +30,13 @@ NAME = "scan"
 
 
 def _folder(root: Path, steps: int, ranks: int, entries: int) -> list[Path]:
-    blob = pickle.dumps(tiled_cuda_snapshot(entries), protocol=4)
+    from memsnap_magic.layout import META_KEY
+
+    snap = tiled_cuda_snapshot(entries)
+    # a foreign run's files say nothing of their step, the layout does (the recorded step's would
+    # make all 20 files one step and rank)
+    snap.pop(META_KEY, None)
+    blob = pickle.dumps(snap, protocol=4)
     files = []
     for step in range(1, steps + 1):
         for rank in range(ranks):
