@@ -385,6 +385,17 @@ def test_the_namespace_walk_stops_at_its_limit():
     assert live_storages({"t": kept}, limit=1000) == {kept.untyped_storage().data_ptr(): 40}
 
 
+def test_a_models_tensors_are_charged_to_the_walk_not_its_modules_or_their_other_attributes():
+    import torch
+
+    from memsnap_magic.backends.live_tensors import live_storages
+
+    # 40 layers, 80 tensors: a budget of 85 (the list, then each tensor) finds them all, whatever
+    # the modules hold beside (each Linear keeps in_features and out_features too)
+    model = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(40)))
+    assert len(live_storages({"model": model}, limit=85)) == 80
+
+
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     for n in range(30):
         dump_snapshot(

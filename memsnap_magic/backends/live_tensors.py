@@ -132,7 +132,8 @@ def _walk(
                 elif graphs and obj.grad_fn is not None:
                     graph(obj.grad_fn)
             elif issubclass(kind, torch.nn.Module):
-                visit_all(_module_members(obj), 0)
+                left[0] += 1  # a module's tensors are charged, not the module (as parameters() walked them)
+                visit_all(_module_members(obj, torch.Tensor), 0)
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state
                 if isinstance(state, dict):
@@ -182,9 +183,11 @@ _CONTAINERS = (list, tuple, set, frozenset, deque)
 _CLASS_DICT = type.__dict__["__dict__"].__get__
 
 
-def _module_members(module: Any) -> Iterable[Any]:
+def _module_members(module: Any, tensor: type) -> Iterable[Any]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
-    (``self.pe = pe``), read from its own dicts: an overridden ``parameters()`` is not run."""
+    (``self.pe = pe``), read from its own dicts: an overridden ``parameters()`` is not run.
+    Its other attributes (ints, a config) are passed over unvisited, so a model of thousands of
+    modules spends the walk's budget on its tensors."""
     if not _plain_dict(type(module)):
         return ()
     attrs = object.__getattribute__(module, "__dict__")
@@ -192,7 +195,11 @@ def _module_members(module: Any) -> Iterable[Any]:
         return ()
     parts = [attrs.get(key) for key in ("_parameters", "_buffers", "_modules")]
     owned = (dict.values(part) for part in parts if issubclass(type(part), dict))  # a dict or OrderedDict
-    public = (value for name, value in attrs.items() if type(name) is str and not name.startswith("_"))
+    public = (
+        value
+        for name, value in attrs.items()
+        if issubclass(type(value), tensor) and type(name) is str and not name.startswith("_")
+    )
     return chain(chain.from_iterable(owned), public)
 
 
