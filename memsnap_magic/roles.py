@@ -47,6 +47,8 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
 def module_parameters(modules: Iterable[Any]) -> list[Any]:
     """The parameters of ``modules`` and their submodules, read from torch's own ``_parameters``
     and ``_modules`` dicts (what ``parameters()`` reads): a model's override of it is not run."""
+    from .backends.live_tensors import instance_dict
+
     found: dict[int, Any] = {}
     seen: set[int] = set()
     stack = list(modules)
@@ -55,13 +57,12 @@ def module_parameters(modules: Iterable[Any]) -> list[Any]:
         if id(module) in seen:
             continue
         seen.add(id(module))
-        try:
-            attrs = object.__getattribute__(module, "__dict__")
-            params, children = attrs["_parameters"], attrs["_modules"]
+        attrs = instance_dict(module)  # None: a module keeping its attributes its own way, not read
+        params, children = (attrs.get("_parameters"), attrs.get("_modules")) if attrs is not None else (None, None)
+        if issubclass(type(params), dict):
             found.update((id(p), p) for p in dict.values(params) if p is not None)
+        if issubclass(type(children), dict):
             stack.extend(child for child in dict.values(children) if child is not None)
-        except Exception:  # a module built its own way: its public API, as a last resort
-            found.update((id(p), p) for p in module.parameters())
     return list(found.values())
 
 

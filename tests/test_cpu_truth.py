@@ -443,6 +443,13 @@ def test_the_walk_runs_none_of_the_users_code(cpu):
         "class Meta(type):\n    def __getattribute__(cls, name):\n"
         "        calls.append('meta ' + name); return type.__getattribute__(cls, name)\n"
         "class Odd(metaclass=Meta):\n    kept = torch.ones(4)\n"
+        "class Hashing(type):\n    def __hash__(cls):\n        calls.append('hash'); return 1\n"
+        "    def __eq__(cls, other):\n        calls.append('eq'); return cls is other\n"
+        "class Held(metaclass=Hashing):\n    pass\n"
+        "held = Held(); held.t = torch.ones(4)\n"
+        "class Key(str):\n    def startswith(self, *a):\n        calls.append('startswith'); return False\n"
+        "    __hash__ = str.__hash__\n"
+        "globals()[Key('keyed')] = torch.ones(4)\n"
         "def named(w=torch.ones(4)):\n    return w\n"
         "named.__module__ = Name('x')\n"
         "p, d, l, q = Proxy(), D(a=torch.ones(4)), L([torch.ones(4)]), Prop()\n"
@@ -452,7 +459,8 @@ def test_the_walk_runs_none_of_the_users_code(cpu):
     run(cpu, "%%memsnap step=1\npass")
     assert cpu.user_ns["calls"] == []
     # and what the containers hold is still found: the start holds their tensors
-    assert session().intervals[0].baseline_allocated >= 4096 + 16 + 16 + 16  # Odd.kept too
+    assert session().intervals[0].path is not None
+    assert session().intervals[0].baseline_allocated >= 4096 + 16 * 5  # Odd.kept, held.t, keyed too
 
 
 def test_a_profile_hook_of_the_users_keeps_running(cpu):

@@ -385,15 +385,52 @@ def test_the_namespace_walk_stops_at_its_limit():
     assert live_storages({"t": kept}, limit=1000) == {kept.untyped_storage().data_ptr(): 40}
 
 
-def test_a_models_tensors_are_charged_to_the_walk_not_its_modules_or_their_other_attributes():
+def test_a_models_tensors_and_modules_are_charged_to_the_walk_not_their_other_attributes():
     import torch
 
     from memsnap_magic.backends.live_tensors import live_storages
 
-    # 40 layers, 80 tensors: a budget of 85 (the list, then each tensor) finds them all, whatever
-    # the modules hold beside (each Linear keeps in_features and out_features too)
+    # the list, its 40 layers and their 80 tensors: 121, whatever else the layers hold (each
+    # Linear keeps in_features, out_features and torch's own bookkeeping too)
     model = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(40)))
-    assert len(live_storages({"model": model}, limit=85)) == 80
+    assert len(live_storages({"model": model}, limit=125)) == 80
+
+
+def test_the_walk_reads_every_name_before_what_the_objects_hold(monkeypatch):
+    import torch
+
+    from memsnap_magic.backends import live_tensors
+    from memsnap_magic.backends.live_tensors import live_storages
+
+    x = torch.ones(1000, dtype=torch.float64)
+
+    class Vocab:
+        words = {str(i): i for i in range(60_000)}  # noqa: RUF012
+
+    def lookup(word, table={str(i): i for i in range(60_000)}):  # noqa: B006
+        return table[word]
+
+    # a big container (a plain one, a class attribute, a default) named before x spends the
+    # budget only after every name was looked at
+    for big in ({str(i): i for i in range(60_000)}, Vocab, lookup):
+        ns = {"__name__": __name__, "big": big, "x": x}
+        assert live_storages(ns) == {x.untyped_storage().data_ptr(): 8000}
+
+    # a model nested two thousand deep is read whole (no recursion), and a tree of modules
+    # without a tensor costs what the budget allows, not its 111,111 modules
+    deep = torch.nn.Linear(2, 2)
+    for _ in range(2000):
+        deep = torch.nn.Sequential(deep)
+    assert len(live_storages({"deep": deep})) == 2
+
+    def tree(d):
+        return torch.nn.Identity() if d == 0 else torch.nn.ModuleList([tree(d - 1) for _ in range(10)])
+
+    read = []
+    members = live_tensors._module_members
+    monkeypatch.setattr(live_tensors, "_module_members", lambda *a: read.append(1) or members(*a))
+    live_storages({"m": tree(5)}, limit=100)
+    assert 0 < len(read) <= 100
 
 
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):

@@ -16,7 +16,7 @@ import sys
 import weakref
 from collections import deque
 from collections.abc import Container, Iterable
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from types import FunctionType, GetSetDescriptorType, MemberDescriptorType, ModuleType
 from typing import Any
 
@@ -77,14 +77,17 @@ def _no_torch_function() -> Any:
 def _walk(
     torch: Any, roots: Any, depth: int, limit: int, storages: dict[int, Any] | None, graphs: bool
 ) -> dict[int, int]:
-
+    """Breadth first: every name of the namespace is looked at before what its objects hold, so a
+    large container (a vocabulary, a dataset's index) cannot spend the budget before a tensor
+    named after it; a queue, not recursion, so a model nested a thousand deep is read whole."""
     found: dict[int, int] = {}
     seen: set[int] = set()
     left = [limit]
+    queue: deque[tuple[Any, int]] = deque()
     skip = (ModuleType, str, bytes, int, float, bool, type(None))
     # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
     # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
-    home = roots.get("__name__") if type(roots) is dict else None
+    home = dict.get(roots, "__name__") if issubclass(type(roots), dict) else None
 
     def add(t: torch.Tensor) -> None:
         if t.device.type != "cpu":
@@ -100,11 +103,11 @@ def _walk(
             if storages is not None:
                 storages[s.data_ptr()] = s
 
-    def visit_all(children: Iterable[Any], level: int) -> None:
-        for child in list(islice(children, max(left[0], 0))):  # never copies more than is left
-            visit(child, level)
-            if left[0] <= 0:
-                return
+    def later(children: Iterable[Any], level: int) -> None:
+        # never takes more than is left of the budget, the objects already waiting counted
+        room = left[0] - len(queue)
+        if room > 0:
+            queue.extend(zip(islice(children, room), repeat(level)))
 
     def graph(fn: Any) -> None:
         stack = [fn]
@@ -118,8 +121,7 @@ def _walk(
                 add(value)
             stack.extend(f for f, _ in node.next_functions)
 
-    def visit(obj: Any, level: int) -> None:
-        left[0] -= 1
+    def look(obj: Any, level: int) -> None:
         kind = type(obj)  # type() never runs the object's code; isinstance may (a __class__ property)
         if issubclass(kind, skip) or id(obj) in seen:
             return
@@ -132,72 +134,90 @@ def _walk(
                 elif graphs and obj.grad_fn is not None:
                     graph(obj.grad_fn)
             elif issubclass(kind, torch.nn.Module):
-                left[0] += 1  # a module's tensors are charged, not the module (as parameters() walked them)
-                visit_all(_module_members(obj, torch.Tensor), 0)
+                attrs = instance_dict(obj)
+                if attrs is not None:
+                    left[0] -= max(len(attrs) - _MODULE_ATTRS, 0)  # a module of a million attributes pays to read them
+                    later(_module_members(attrs, torch.Tensor), 0)
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state
                 if isinstance(state, dict):
-                    visit_all(dict.values(state), 1)
+                    later(dict.values(state), 1)
             elif level <= 0:
                 return
             elif kind is FunctionType:
                 if _is(obj.__module__, home):
-                    visit_all(_held_by_function(obj), level - 1)
+                    later(_held_by_function(obj), level - 1)
             elif issubclass(kind, type):
-                attrs = _CLASS_DICT(obj)  # type's own slot: a metaclass's properties are not run
-                if _is(attrs.get("__module__"), home):
-                    visit_all(attrs.values(), level - 1)
+                if _is(_TYPE_MODULE(obj), home):
+                    later(_CLASS_DICT(obj).values(), level - 1)  # type's own slots: a metaclass's code is not run
             elif issubclass(kind, dict):
-                visit_all(dict.values(obj), level - 1)
+                later(dict.values(obj), level - 1)
             elif issubclass(kind, _CONTAINERS):
-                visit_all(_builtin_iter(kind)(obj), level - 1)
+                later(_builtin_iter(kind)(obj), level - 1)
             elif kind is _ndarray():  # a .numpy() view keeps its tensor as its base
-                visit(obj.base, level)
-            elif kind.__module__.partition(".")[0] in _MACHINERY:
+                later((obj.base,), level)
+            elif _package(kind) in _MACHINERY:
                 return
             else:
-                if _plain_dict(kind):
-                    attrs = object.__getattribute__(obj, "__dict__")
-                    if type(attrs) is dict:
-                        visit_all(dict.values(attrs), level - 1)
+                attrs = instance_dict(obj)
+                if attrs is not None:
+                    later(dict.values(attrs), level - 1)
                 slots = _slots(kind)
                 if slots:  # __slots__ (a dataclass(slots=True)): read through their own descriptors
-                    visit_all(_slot_values(obj, slots), level - 1)
+                    later(_slot_values(obj, slots), level - 1)
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: not a tensor we can read
             return
 
     try:
-        if isinstance(roots, dict):
-            names = (v for k, v in roots.items() if not (isinstance(k, str) and k.startswith("_")))
-            visit_all(names, depth)
+        if issubclass(type(roots), dict):
+            later((v for k, v in dict.items(roots) if not (issubclass(type(k), str) and str.startswith(k, "_"))), depth)
         else:
-            visit(roots, depth)
+            later((roots,), depth)
+        while queue and left[0] > 0:
+            obj, level = queue.popleft()
+            left[0] -= 1
+            look(obj, level)
     finally:
-        # visit and visit_all refer to each other, add to itself: cycles that would hold the
-        # storages found (and so the user's memory) until the cyclic collector runs
-        visit = visit_all = graph = add = None  # type: ignore[assignment]
+        queue.clear()
+        # look and later refer to each other, add to itself: cycles that would hold the storages
+        # found (and so the user's memory) until the cyclic collector runs
+        look = later = graph = add = None  # type: ignore[assignment]
     return found
 
 
 _CONTAINERS = (list, tuple, set, frozenset, deque)
+# type's own slots, read without a metaclass's __getattribute__ or properties
 _CLASS_DICT = type.__dict__["__dict__"].__get__
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+_MRO = type.__dict__["__mro__"].__get__
+_MODULE_ATTRS = 64  # attributes of a module read free of charge (torch's own take ~20)
 
 
-def _module_members(module: Any, tensor: type) -> Iterable[Any]:
+def _package(kind: type) -> Any:
+    """The top package a class was defined in, or None."""
+    name = _TYPE_MODULE(kind)
+    return str.partition(name, ".")[0] if issubclass(type(name), str) else None
+
+
+def instance_dict(obj: Any) -> dict[str, Any] | None:
+    """An object's attributes where it keeps them in a plain ``__dict__`` (read without running a
+    property or ``__getattr__`` of its), else None."""
+    if not _plain_dict(type(obj)):
+        return None
+    attrs = object.__getattribute__(obj, "__dict__")
+    return attrs if type(attrs) is dict else None
+
+
+def _module_members(attrs: dict[str, Any], tensor: type) -> Iterable[Any]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
-    (``self.pe = pe``), read from its own dicts: an overridden ``parameters()`` is not run.
-    Its other attributes (ints, a config) are passed over unvisited, so a model of thousands of
-    modules spends the walk's budget on its tensors."""
-    if not _plain_dict(type(module)):
-        return ()
-    attrs = object.__getattribute__(module, "__dict__")
-    if type(attrs) is not dict:
-        return ()
+    (``self.pe = pe``), from its attribute dict: an overridden ``parameters()`` is not run.
+    Its other attributes (ints, a config) are passed over, so a model of thousands of modules
+    spends the walk's budget on its modules and tensors."""
     parts = [attrs.get(key) for key in ("_parameters", "_buffers", "_modules")]
     owned = (dict.values(part) for part in parts if issubclass(type(part), dict))  # a dict or OrderedDict
     public = (
         value
-        for name, value in attrs.items()
+        for name, value in dict.items(attrs)
         if issubclass(type(value), tensor) and type(name) is str and not name.startswith("_")
     )
     return chain(chain.from_iterable(owned), public)
@@ -254,12 +274,25 @@ _SLOTS: weakref.WeakKeyDictionary[type, tuple[Any, ...]] = weakref.WeakKeyDictio
 
 def _slots(kind: type) -> tuple[Any, ...]:
     """The member descriptors of ``kind``'s ``__slots__`` (C-level: reading one runs no code)."""
-    found = _SLOTS.get(kind)
+    cached = _hashable(kind)
+    found = _SLOTS.get(kind) if cached else None
     if found is None:
-        found = tuple(d for k in kind.__mro__ for d in vars(k).values() if type(d) is MemberDescriptorType)
-        with contextlib.suppress(TypeError):
-            _SLOTS[kind] = found
+        found = tuple(d for k in _MRO(kind) for d in _CLASS_DICT(k).values() if type(d) is MemberDescriptorType)
+        if cached:
+            with contextlib.suppress(TypeError):
+                _SLOTS[kind] = found
     return found
+
+
+def _hashable(kind: type) -> bool:
+    """Whether a class hashes and compares as ``type`` does (its metaclass defines neither), so it
+    can key a cache without running a metaclass's ``__hash__`` or ``__eq__``."""
+    meta = type(kind)
+    return meta is type or not any(
+        "__hash__" in _CLASS_DICT(m) or "__eq__" in _CLASS_DICT(m)
+        for m in _MRO(meta)
+        if m is not type and m is not object
+    )
 
 
 def _slot_values(obj: Any, slots: tuple[Any, ...]) -> Iterable[Any]:
@@ -276,12 +309,14 @@ _PLAIN_DICT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 def _plain_dict(kind: type) -> bool:
     """Whether instances of ``kind`` keep their attributes in an ordinary ``__dict__`` slot, read
     without running a property or ``__getattr__`` of theirs."""
-    plain = _PLAIN_DICT.get(kind)
+    cached = _hashable(kind)
+    plain = _PLAIN_DICT.get(kind) if cached else None
     if plain is None:
-        found = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
-        plain = type(found) is GetSetDescriptorType and getattr(found, "__name__", None) == "__dict__"
-        with contextlib.suppress(TypeError):  # a type that takes no weak reference is asked again
-            _PLAIN_DICT[kind] = plain
+        found = next((_CLASS_DICT(k)["__dict__"] for k in _MRO(kind) if "__dict__" in _CLASS_DICT(k)), None)
+        plain = type(found) is GetSetDescriptorType and found.__name__ == "__dict__"
+        if cached:
+            with contextlib.suppress(TypeError):  # a type that takes no weak reference is asked again
+                _PLAIN_DICT[kind] = plain
     return plain
 
 
