@@ -47,7 +47,7 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
 def module_parameters(modules: Iterable[Any]) -> list[Any]:
     """The parameters of ``modules`` and their submodules, read from torch's own ``_parameters``
     and ``_modules`` dicts (what ``parameters()`` reads): a model's override of it is not run."""
-    from .backends.live_tensors import instance_dict
+    from .backends.live_tensors import instance_dict, module_dicts
 
     found: dict[int, Any] = {}
     seen: set[int] = set()
@@ -58,11 +58,9 @@ def module_parameters(modules: Iterable[Any]) -> list[Any]:
             continue
         seen.add(id(module))
         attrs = instance_dict(module)  # None: a module keeping its attributes its own way, not read
-        params, children = (attrs.get("_parameters"), attrs.get("_modules")) if attrs is not None else (None, None)
-        if issubclass(type(params), dict):
-            found.update((id(p), p) for p in dict.values(params) if p is not None)
-        if issubclass(type(children), dict):
-            stack.extend(child for child in dict.values(children) if child is not None)
+        own = module_dicts(attrs) if attrs is not None else {}
+        found.update((id(p), p) for p in dict.values(own.get("_parameters", {})) if p is not None)
+        stack.extend(child for child in dict.values(own.get("_modules", {})) if child is not None)
     return list(found.values())
 
 

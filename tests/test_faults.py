@@ -433,6 +433,69 @@ def test_the_walk_reads_every_name_before_what_the_objects_hold(monkeypatch):
     assert 0 < len(read) <= 100
 
 
+def test_the_walk_finds_what_unusual_holders_keep_and_runs_none_of_their_code():
+    import numpy as np
+    import torch
+
+    from memsnap_magic.backends.live_tensors import live_storages
+
+    def ptr(t):
+        return t.untyped_storage().data_ptr()
+
+    ran = []
+    x = torch.ones(10)
+    # a module of many attributes charges reading them to what no waiting name needs
+    wide = torch.nn.Module()
+    for i in range(300):
+        setattr(wide, f"a{i}", i)
+    assert ptr(x) in live_storages({"wide": wide, "x": x}, limit=100)
+
+    # LBFGS keeps its history in lists, in each parameter's state
+    w = torch.nn.Parameter(torch.randn(8))
+    lbfgs = torch.optim.LBFGS([w], history_size=3, max_iter=4)
+    lbfgs.step(lambda: (lbfgs.zero_grad(), (w**2).sum().backward(), (w**2).sum())[-1])
+    history = {ptr(t) for v in lbfgs.state[w].values() if isinstance(v, list) for t in v if t is not None}
+    assert history and history <= live_storages({"opt": lbfgs}).keys()
+
+    # a retained gradient; a numpy subclass viewing a tensor; a dict subclass's own attributes
+    y = torch.ones(4, requires_grad=True) * 2
+    y.retain_grad()
+    y.sum().backward()
+    a = torch.ones(2, 3)
+
+    class Config(dict):
+        pass
+
+    cfg = Config()
+    cfg.t = torch.ones(5)
+    found = live_storages({"y": y, "view": a.numpy().view(np.matrix), "cfg": cfg})
+    assert {ptr(y.grad), ptr(a), ptr(cfg.t)} <= found.keys()
+
+    # a tensor subclass's own properties, a key that collides with "__name__"
+    class Watched(torch.Tensor):
+        @property
+        def device(self):
+            ran.append("device")
+            return torch.device("cpu")
+
+    class Key(str):
+        armed = False
+
+        def __hash__(self):
+            return hash("__name__")
+
+        def __eq__(self, other):
+            if self.armed:
+                ran.append("eq")
+                raise RuntimeError("no")
+            return str.__eq__(self, other)
+
+    key = Key("k")
+    ns = {key: 1, "__name__": "__main__", "w": torch.ones(3).as_subclass(Watched)}
+    key.armed = True  # now a lookup of "__name__" would run it
+    assert len(live_storages(ns)) == 1 and ran == []
+
+
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     for n in range(30):
         dump_snapshot(

@@ -87,17 +87,18 @@ def _walk(
     skip = (ModuleType, str, bytes, int, float, bool, type(None))
     # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
     # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
-    home = dict.get(roots, "__name__") if issubclass(type(roots), dict) else None
+    home = _name_of(roots, limit)
+    field = _TensorFields(torch)
 
-    def add(t: torch.Tensor) -> None:
-        if t.device.type != "cpu":
+    def add(tensor: torch.Tensor) -> None:
+        if field.device(tensor).type != "cpu":
             return
-        if t.layout != torch.strided or t.is_nested:  # sparse and nested tensors: their buffers
-            for part in _buffers(torch, t):
-                if part is not t:
+        if field.layout(tensor) != torch.strided or field.is_nested(tensor):  # sparse and nested tensors: their buffers
+            for part in _buffers(torch, tensor):
+                if part is not tensor:
                     add(part)
             return
-        s = t.untyped_storage()
+        s = field.storage(tensor)
         if s.nbytes():
             found[s.data_ptr()] = s.nbytes()
             if storages is not None:
@@ -111,7 +112,7 @@ def _walk(
 
     def graph(fn: Any) -> None:
         stack = [fn]
-        while stack and left[0] > 0:
+        while stack and left[0] > len(queue):  # the names waiting are not spent on a graph
             node = stack.pop()
             if node is None or id(node) in seen:
                 continue
@@ -129,19 +130,22 @@ def _walk(
         try:
             if issubclass(kind, torch.Tensor):
                 add(obj)
-                if obj.is_leaf and obj.grad is not None:
-                    add(obj.grad)
-                elif graphs and obj.grad_fn is not None:
-                    graph(obj.grad_fn)
+                grad = field.grad(obj) if field.is_leaf(obj) or field.retains_grad(obj) else None
+                if grad is not None:
+                    add(grad)
+                if graphs and field.grad_fn(obj) is not None:
+                    graph(field.grad_fn(obj))
             elif issubclass(kind, torch.nn.Module):
                 attrs = instance_dict(obj)
                 if attrs is not None:
-                    left[0] -= max(len(attrs) - _MODULE_ATTRS, 0)  # a module of a million attributes pays to read them
-                    later(_module_members(attrs, torch.Tensor), 0)
+                    # past torch's own ~20 attributes, reading one is charged, from what no waiting name needs
+                    extra = min(max(len(attrs) - _MODULE_ATTRS, 0), max(left[0] - len(queue), 0))
+                    left[0] -= extra
+                    later(_module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra), 0)
             elif issubclass(kind, torch.optim.Optimizer):
-                state = obj.state
-                if isinstance(state, dict):
-                    later(dict.values(state), 1)
+                state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
+                if issubclass(type(state), dict):
+                    later(dict.values(state), 2)  # per parameter, a dict; in it tensors, or LBFGS's lists
             elif level <= 0:
                 return
             elif kind is FunctionType:
@@ -151,11 +155,11 @@ def _walk(
                 if _is(_TYPE_MODULE(obj), home):
                     later(_CLASS_DICT(obj).values(), level - 1)  # type's own slots: a metaclass's code is not run
             elif issubclass(kind, dict):
-                later(dict.values(obj), level - 1)
+                later(chain(dict.values(obj), _subclass_attrs(kind, dict, obj)), level - 1)
             elif issubclass(kind, _CONTAINERS):
-                later(_builtin_iter(kind)(obj), level - 1)
-            elif kind is _ndarray():  # a .numpy() view keeps its tensor as its base
-                later((obj.base,), level)
+                later(chain(_builtin_iter(kind)(obj), _subclass_attrs(kind, _CONTAINERS, obj)), level - 1)
+            elif _is_ndarray(kind):  # a .numpy() view keeps its tensor as its base
+                later((_ndarray_base(obj),), level)
             elif _package(kind) in _MACHINERY:
                 return
             else:
@@ -193,6 +197,45 @@ _MRO = type.__dict__["__mro__"].__get__
 _MODULE_ATTRS = 64  # attributes of a module read free of charge (torch's own take ~20)
 
 
+class _TensorFields:
+    """A tensor's fields read through torch's own C getters: a subclass's property or
+    ``__getattribute__`` of the same name is not run."""
+
+    def __init__(self, torch: Any) -> None:
+        base = torch._C.TensorBase
+        for name in ("device", "layout", "is_nested", "is_leaf", "retains_grad", "grad", "grad_fn"):
+            setattr(self, name, base.__dict__[name].__get__)
+        self.storage = base.untyped_storage
+
+
+def _name_of(roots: Any, limit: int) -> Any:
+    """A namespace's ``__name__`` among its first ``limit`` names, found by comparing str keys
+    only (a lookup would run the ``__eq__`` of a key whose hash collides with it)."""
+    if not issubclass(type(roots), dict):
+        return None
+    names = islice(dict.items(roots), limit)
+    return next((value for key, value in names if type(key) is str and key == "__name__"), None)
+
+
+def _subclass_attrs(kind: type, base: Any, obj: Any) -> Iterable[Any]:
+    """The instance attributes of a subclass of a built-in container (``class Config(dict)``)."""
+    if any(kind is b for b in (base if type(base) is tuple else (base,))):  # `is`: a metaclass's __eq__ is not run
+        return ()
+    attrs = instance_dict(obj)
+    return dict.values(attrs) if attrs is not None else ()
+
+
+def _is_ndarray(kind: type) -> bool:
+    numpy = sys.modules.get("numpy")
+    ndarray = getattr(numpy, "ndarray", None)
+    return ndarray is not None and issubclass(kind, ndarray)
+
+
+def _ndarray_base(array: Any) -> Any:
+    """numpy's own ``base`` getter: a subclass's ``base`` property is not run."""
+    return sys.modules["numpy"].ndarray.__dict__["base"].__get__(array)
+
+
 def _package(kind: type) -> Any:
     """The top package a class was defined in, or None."""
     name = _TYPE_MODULE(kind)
@@ -208,19 +251,35 @@ def instance_dict(obj: Any) -> dict[str, Any] | None:
     return attrs if type(attrs) is dict else None
 
 
-def _module_members(attrs: dict[str, Any], tensor: type) -> Iterable[Any]:
+def _module_members(attrs: dict[str, Any], tensor: type, scan: int) -> Iterable[Any]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
-    (``self.pe = pe``), from its attribute dict: an overridden ``parameters()`` is not run.
-    Its other attributes (ints, a config) are passed over, so a model of thousands of modules
-    spends the walk's budget on its modules and tensors."""
-    parts = [attrs.get(key) for key in ("_parameters", "_buffers", "_modules")]
-    owned = (dict.values(part) for part in parts if issubclass(type(part), dict))  # a dict or OrderedDict
-    public = (
-        value
-        for name, value in dict.items(attrs)
-        if issubclass(type(value), tensor) and type(name) is str and not name.startswith("_")
-    )
-    return chain(chain.from_iterable(owned), public)
+    (``self.pe = pe``) among its first ``scan`` attributes, from its attribute dict: an
+    overridden ``parameters()`` is not run. Its other attributes (ints, a config) are passed over,
+    so a model of thousands of modules spends the walk's budget on its modules and tensors."""
+    owned, public = [], []
+    for name, value in islice(dict.items(attrs), scan):
+        if type(name) is not str:
+            continue
+        if name in _MODULE_DICTS:  # str keys compared as str: a colliding key's __eq__ is not run
+            if issubclass(type(value), dict):
+                owned.append(dict.values(value))
+        elif issubclass(type(value), tensor) and not name.startswith("_"):
+            public.append(value)
+    return chain(*owned, public)
+
+
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+
+
+def module_dicts(attrs: dict[str, Any], scan: int = _MODULE_ATTRS) -> dict[str, dict[Any, Any]]:
+    """torch's own ``_parameters``, ``_buffers`` and ``_modules`` dicts of a module's attribute
+    dict, found among its first ``scan`` keys by comparing str keys only (a lookup would run the
+    ``__eq__`` of a key whose hash collides with one)."""
+    return {
+        name: value
+        for name, value in islice(dict.items(attrs), scan)
+        if type(name) is str and name in _MODULE_DICTS and issubclass(type(value), dict)
+    }
 
 
 def _is(name: Any, home: Any) -> bool:
@@ -246,12 +305,6 @@ def _builtin_iter(kind: type) -> Any:
     return next(base.__iter__ for base in _CONTAINERS if issubclass(kind, base))
 
 
-def _ndarray() -> type | None:
-    """numpy's array type, where numpy is loaded (never imported for this)."""
-    numpy = sys.modules.get("numpy")
-    return getattr(numpy, "ndarray", None)
-
-
 def _buffers(torch: Any, t: Any) -> tuple[Any, ...]:
     """The tensors holding a sparse or nested tensor's memory; none where it cannot be read."""
     layout = t.layout
@@ -269,29 +322,39 @@ def _buffers(torch: Any, t: Any) -> tuple[Any, ...]:
     return ()
 
 
-_SLOTS: weakref.WeakKeyDictionary[type, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+class _ByClass:
+    """A cache keyed by class without hashing it (a metaclass's ``__hash__``/``__eq__`` would
+    run): by ``id``, each entry holding a weak reference that proves it is that class still."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, Any]] = {}
+
+    def get(self, kind: type, make: Any) -> Any:
+        entry = self._entries.get(id(kind))
+        if entry is not None and entry[0]() is kind:
+            return entry[1]
+        value = make(kind)
+        with contextlib.suppress(TypeError):  # a class that takes no weak reference: asked again each time
+            self._entries[id(kind)] = (weakref.ref(kind, self._forget(id(kind))), value)
+        return value
+
+    def _forget(self, key: int) -> Any:
+        def forget(ref: Any) -> None:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+
+        return forget
+
+
+_SLOTS, _PLAIN_DICT = _ByClass(), _ByClass()
 
 
 def _slots(kind: type) -> tuple[Any, ...]:
     """The member descriptors of ``kind``'s ``__slots__`` (C-level: reading one runs no code)."""
-    cached = _hashable(kind)
-    found = _SLOTS.get(kind) if cached else None
-    if found is None:
-        found = tuple(d for k in _MRO(kind) for d in _CLASS_DICT(k).values() if type(d) is MemberDescriptorType)
-        if cached:
-            with contextlib.suppress(TypeError):
-                _SLOTS[kind] = found
-    return found
-
-
-def _hashable(kind: type) -> bool:
-    """Whether a class hashes and compares as ``type`` does (its metaclass defines neither), so it
-    can key a cache without running a metaclass's ``__hash__`` or ``__eq__``."""
-    meta = type(kind)
-    return meta is type or not any(
-        "__hash__" in _CLASS_DICT(m) or "__eq__" in _CLASS_DICT(m)
-        for m in _MRO(meta)
-        if m is not type and m is not object
+    return _SLOTS.get(
+        kind,
+        lambda kind: tuple(d for k in _MRO(kind) for d in _CLASS_DICT(k).values() if type(d) is MemberDescriptorType),
     )
 
 
@@ -303,21 +366,15 @@ def _slot_values(obj: Any, slots: tuple[Any, ...]) -> Iterable[Any]:
             continue
 
 
-_PLAIN_DICT: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
-
-
 def _plain_dict(kind: type) -> bool:
     """Whether instances of ``kind`` keep their attributes in an ordinary ``__dict__`` slot, read
     without running a property or ``__getattr__`` of theirs."""
-    cached = _hashable(kind)
-    plain = _PLAIN_DICT.get(kind) if cached else None
-    if plain is None:
-        found = next((_CLASS_DICT(k)["__dict__"] for k in _MRO(kind) if "__dict__" in _CLASS_DICT(k)), None)
-        plain = type(found) is GetSetDescriptorType and found.__name__ == "__dict__"
-        if cached:
-            with contextlib.suppress(TypeError):  # a type that takes no weak reference is asked again
-                _PLAIN_DICT[kind] = plain
-    return plain
+    return _PLAIN_DICT.get(kind, _find_plain_dict)
+
+
+def _find_plain_dict(kind: type) -> bool:
+    found = next((_CLASS_DICT(k)["__dict__"] for k in _MRO(kind) if "__dict__" in _CLASS_DICT(k)), None)
+    return type(found) is GetSetDescriptorType and found.__name__ == "__dict__"
 
 
 def _saved(node: Any) -> list[Any]:
