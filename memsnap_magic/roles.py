@@ -37,7 +37,8 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
     """The ``nn.Module`` and ``Optimizer`` objects bound to names in ``namespace``."""
     import torch
 
-    values = list(namespace.values())
+    # a dict subclass's own values() is not run (a namespace given to a Recorder may be one)
+    values = list(dict.values(namespace) if issubclass(type(namespace), dict) else namespace.values())
     # by type(): isinstance would read a proxy's __class__, running its code
     modules = [v for v in values if issubclass(type(v), torch.nn.Module)]
     optimizers = [v for v in values if issubclass(type(v), torch.optim.Optimizer)]

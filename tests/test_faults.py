@@ -495,6 +495,16 @@ def test_the_walk_finds_what_unusual_holders_keep_and_runs_none_of_their_code():
     key.armed = True  # now a lookup of "__name__" would run it
     assert len(live_storages(ns)) == 1 and ran == []
 
+    class Names(dict):
+        def values(self):
+            ran.append("values")
+            return super().values()
+
+    from memsnap_magic.roles import training_objects
+
+    model = torch.nn.Linear(2, 2)
+    assert training_objects(Names(model=model)) == ([model], []) and ran == []
+
 
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     for n in range(30):
