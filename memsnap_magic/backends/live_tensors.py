@@ -183,8 +183,8 @@ def _walk(
             look(obj, level)
     finally:
         queue.clear()
-        # look and later refer to each other, add to itself: cycles that would hold the storages
-        # found (and so the user's memory) until the cyclic collector runs
+        # add refers to itself, look to it: cycles through their closures that would hold the
+        # storages found (and so the user's memory) until the cyclic collector runs
         look = later = graph = add = None  # type: ignore[assignment]
     return found
 
