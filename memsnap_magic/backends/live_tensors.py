@@ -17,6 +17,7 @@ import weakref
 from collections import deque
 from collections.abc import Container, Iterable
 from itertools import chain, islice, repeat
+from operator import is_
 from types import FunctionType, GetSetDescriptorType, MemberDescriptorType, ModuleType
 from typing import Any
 
@@ -273,13 +274,14 @@ _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 
 def module_dicts(attrs: dict[str, Any], scan: int = _MODULE_ATTRS) -> dict[str, dict[Any, Any]]:
     """torch's own ``_parameters``, ``_buffers`` and ``_modules`` dicts of a module's attribute
-    dict, found among its first ``scan`` keys by comparing str keys only (a lookup would run the
-    ``__eq__`` of a key whose hash collides with one)."""
-    return {
-        name: value
-        for name, value in islice(dict.items(attrs), scan)
-        if type(name) is str and name in _MODULE_DICTS and issubclass(type(value), dict)
-    }
+    dict, among its first ``scan`` keys. Looked up directly where every key is a plain str (the
+    usual case); else found by comparing str keys only, since a lookup would run the ``__eq__``
+    of a key whose hash collides with one."""
+    if len(attrs) <= scan and sum(map(is_, map(type, attrs), repeat(str))) == len(attrs):
+        parts = {name: dict.get(attrs, name) for name in _MODULE_DICTS}
+    else:
+        parts = {name: value for name, value in islice(dict.items(attrs), scan) if type(name) is str}
+    return {name: parts[name] for name in _MODULE_DICTS if issubclass(type(parts.get(name)), dict)}
 
 
 def _is(name: Any, home: Any) -> bool:
