@@ -14,7 +14,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
@@ -33,14 +32,6 @@ if TYPE_CHECKING:
 
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
 _STARTING = threading.Lock()  # two threads starting blocks at once: one owns the device, one is told
-
-
-def _weakly(value: Any) -> Callable[[], Any]:
-    """A weak reference to ``value``, or a function returning it where it takes none."""
-    try:
-        return weakref.ref(value)
-    except TypeError:
-        return lambda: value
 
 
 def _stop_left_on() -> None:
@@ -113,8 +104,10 @@ class Recorder:
     ) -> None:
         # model=/optimizer= as objects (a script's locals); as names they are options like the rest
         # held weakly, as the namespace's models are: `del model` inside the block frees it there
+        from .roles import weakly
+
         self._given = {
-            k: _weakly(keywords.pop(k))
+            k: weakly(keywords.pop(k))
             for k in ("model", "optimizer")
             if not isinstance(keywords.get(k), (str, type(None)))
         }

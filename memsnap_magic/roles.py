@@ -194,14 +194,16 @@ class Watch:
 
 
 def _refs(objects: Iterable[Any]) -> list[Callable[[], Any]]:
-    """Weak references where the object takes one (a strong one for the rare class that does not)."""
-    refs: list[Callable[[], Any]] = []
-    for o in _unique(objects):
-        try:
-            refs.append(weakref.ref(o))
-        except TypeError:
-            refs.append(lambda o=o: o)
-    return refs
+    return [weakly(o) for o in _unique(objects)]
+
+
+def weakly(value: Any) -> Callable[[], Any]:
+    """A weak reference to ``value``, or a function returning it where it takes none (the rare
+    class that does not)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _alive(refs: list[Callable[[], Any]]) -> list[Any]:
