@@ -125,6 +125,8 @@ def _awaits_at_top_level(source: str) -> bool:
 def ends_with_semicolon(code: str) -> bool:
     """Whether a cell's last token is ``;``, IPython's rule for not displaying its value (the
     rule of every IPython 8 and 9; its own helper for it only appeared in 8.10)."""
+    if ";" not in code:  # no token to find: most cells are spared the tokenizer
+        return False
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
     except (tokenize.TokenError, SyntaxError):

@@ -102,7 +102,7 @@ class Watch:
             self._torch_device: Any = torch.device(device)
         except RuntimeError:  # a device type this torch does not name (a stand-in's): compared as text
             self._torch_device = None
-        self._strided = torch.strided
+        self._tensor, self._strided = torch.Tensor, torch.strided
         self._modules, self._optimizers = _refs(modules), _refs(optimizers)
         self._named_model, self._named_optimizer = named_model, named_optimizer
         self._rediscover = rediscover
@@ -180,9 +180,7 @@ class Watch:
         return found
 
     def _add(self, found: Storages, tensor: Any, category: str) -> None:
-        import torch
-
-        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided or _device(tensor) != self.device:
+        if not isinstance(tensor, self._tensor) or tensor.layout != self._strided or _device(tensor) != self.device:
             return
         try:
             storage = tensor.untyped_storage()

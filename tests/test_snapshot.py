@@ -138,3 +138,36 @@ def test_the_path_names_step_rank_and_tag_as_verl_writes_them(path, step, rank, 
     from memsnap_magic.layout import PathInfo, parse_path
 
     assert parse_path(path) == PathInfo(step=step, rank=rank, tag=tag)
+
+
+def test_meta_block_holds_every_field_and_copies_what_can_change():
+    """The ``memsnap`` block written into a file is every field of ``Meta`` (read back equal),
+    and changing the block never changes the ``Meta`` it came from."""
+    import dataclasses
+
+    from memsnap_magic.layout import _RULES, META_KEY, Meta
+
+    meta = Meta(
+        step=3,
+        rank=1,
+        device="cpu",
+        tag="t",
+        pid=7,
+        end_us=5,
+        error="ValueError",
+        clear=False,
+        allocator_peak_allocated=9,
+        context="all",
+        max_entries=100,
+        incomplete="why",
+        run="r",
+        usage_start={"rss": 1},
+        usage_end={"rss": 2},
+        freed_unseen=4,
+    )
+    assert {f.name for f in dataclasses.fields(Meta)} == set(_RULES)  # a new field needs a rule
+    block = meta.to_dict()
+    assert block == dataclasses.asdict(meta)
+    assert Meta.from_snapshot({META_KEY: block}) == meta
+    block["usage_start"]["rss"] = 99
+    assert meta.usage_start == {"rss": 1}
