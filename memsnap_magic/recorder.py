@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import operator
 import os
 import sys
 import threading
@@ -49,10 +50,31 @@ def mark(step: int) -> None:
 
     Ends the step being recorded (its snapshot holds only that step) and starts recording
     again if ``step`` is listed. Outside such a block it does nothing, so the same loop runs
-    with or without the magic.
+    with or without the magic. ``step`` is an integer (numpy's too), as ``steps=`` lists them:
+    anything else is a ``TypeError`` in or out of a block, so a loop fails the same either way.
     """
+    number = _step_number(step)
     if STATE.active and STATE.active[-1].steps is not None:
-        STATE.active[-1].mark_step(int(step))
+        STATE.active[-1].mark_step(number)
+
+
+def _step_number(step: Any) -> int:
+    if type(step) is not bool:  # True is not step 1
+        with contextlib.suppress(TypeError):
+            return operator.index(step)  # ints and numpy's; never a float truncated
+    from .schema import excerpt
+
+    what = f"{type(step).__name__} {excerpt(step)}"
+    raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
+
+
+def _current_task() -> Any:
+    """The asyncio task running now in this thread, or None (asyncio not in use)."""
+    asyncio = sys.modules.get("asyncio")
+    try:
+        return asyncio.current_task() if asyncio is not None else None
+    except RuntimeError:  # no event loop running in this thread
+        return None
 
 
 def describe_recorder(recorder: Any) -> str:
@@ -136,6 +158,9 @@ class Recorder:
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
         self._began_us = 0  # when the step being recorded began (µs since the epoch)
         self._thread = 0  # the thread that started it
+        self._task: Any = None  # and the asyncio task, if one did
+        self._reentered = 0  # `with` blocks of this same recorder inside its own: each runs unrecorded
+        self._told_thread = False  # mark() from another thread was refused once, with a warning
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -160,13 +185,26 @@ class Recorder:
         backend = backends.get_backend(backends.resolve_device(o.device))
         outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
-            where = "an enclosing block" if outer._thread == threading.get_ident() else "a block in another thread"
+            if outer is self:  # its own block entered again: the inner exit must not end the outer
+                self._reentered += 1
+            task = _current_task()
+            where = (
+                "a block in another thread"
+                if outer._thread != threading.get_ident()
+                else "a block in another asyncio task"
+                if outer._task is not None and task is not None and outer._task is not task
+                else "an enclosing block"
+            )
             warn(
                 f"memsnap: {backend.device} is already recorded by {where} "
                 f"({describe_recorder(outer)}); this one runs unrecorded",
                 stacklevel=2,
             )
             return self
+        # every check before anything changes: a refused block leaves a clear=false history running
+        self._rank = resolve_rank(o.rank)
+        training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
+        backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
             from .text import run_label
@@ -182,9 +220,7 @@ class Recorder:
             )
             backend.end(keep=False)
             STATE.chain_steps.pop(backend.device, None)
-        backend.configure(o)
-        self._rank = resolve_rank(o.rank)
-        training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
+        self._begun = set()  # a recorder used again: its marks start over
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
@@ -205,7 +241,7 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
-        self._thread = threading.get_ident()
+        self._thread, self._task = threading.get_ident(), _current_task()
         STATE.active.append(self)
         return self
 
@@ -219,9 +255,20 @@ class Recorder:
             self._stop(error)
 
     def _stop(self, error: BaseException | None = None) -> None:
-        started = self in STATE.active
+        if self._reentered:  # the end of a block of its own inside its own: the outer one goes on
+            self._reentered -= 1
+            return
+        started, backend = self in STATE.active, self._backend
+        if started and backend is not None and self._elsewhere():
+            warn(
+                f"memsnap: {describe_recorder(self)} on {backend.device} was started in another thread, and "
+                f"{backend.label} stops only there: call stop() in that thread; recording goes on",
+                stacklevel=3,
+            )
+            return
         if started:
             STATE.active.remove(self)
+            self._task = None
         if started and self.steps is not None and not set(self.steps) <= self._begun:
             self._say_unmarked()
         keep, step = not self.options.clear, self._current
@@ -287,6 +334,16 @@ class Recorder:
         """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
         if self.steps is None or self._backend is None:
             return
+        if self._elsewhere():
+            if not self._told_thread:
+                self._told_thread = True
+                warn(
+                    f"memsnap: mark({step}) ran in another thread than the one recording, and "
+                    f"{self._backend.label} changes steps only there: this mark and any others from that "
+                    "thread are ignored",
+                    stacklevel=3,
+                )
+            return
         listed = step in self.steps
         if self._current is not None:  # on for a listed step whose begin(fresh=True) clears in place
             self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
@@ -303,6 +360,11 @@ class Recorder:
             if self._current is None and self._watch is not None:
                 self._quietly(self._watch.detach)
                 self._watch = None
+
+    def _elsewhere(self) -> bool:
+        """Whether this thread is not the one recording, on a backend bound to that thread."""
+        backend = self._backend
+        return backend is not None and backend.thread_bound and threading.get_ident() != self._thread
 
     def _names(self) -> dict[str, Any]:
         """The namespace, with the locals of the function that made this recorder while it runs
@@ -364,7 +426,7 @@ class Recorder:
         for key, values in found.items():
             kind, public = kinds[key]
             for value in values:  # none: a given object since freed
-                if not isinstance(value, kind):
+                if not issubclass(type(value), kind):  # by type(): a proxy's __class__ is not run
                     named = getattr(o, key) or "the object given"
                     raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
         if len(found) == 2:

@@ -640,3 +640,129 @@ def test_a_steps_loop_after_a_never_cleared_cell_says_the_history_ended(shell):
     assert res.success
     assert any("ended here: a steps= loop records each listed step from a fresh history" in m for m in ours(caught))
     assert [iv.step for iv in session().intervals] == [1, 2, 3]
+
+
+def test_stop_from_another_thread_leaves_the_cpu_recording_to_its_own_thread(tmp_path):
+    """The CPU profiler's session lives in the thread that started it: stopped from another one,
+    it wrote an empty step, memsnap forgot it was on, and the process crashed at exit."""
+    script = textwrap.dedent(
+        """
+        import threading, warnings, torch
+        from memsnap_magic import Recorder, session
+        from memsnap_magic.state import STATE
+        warnings.simplefilter("always")
+        r = Recorder(step=1, device="cpu", out="out", wait=True)
+        r.start()
+        x = torch.ones(500)
+        t = threading.Thread(target=r.stop); t.start(); t.join()
+        print("on", STATE.recording_devices(), len(session().intervals))
+        r.stop()
+        print("off", STATE.recording_devices(), session().last.trace_entries)
+        r = Recorder(step=2, device="cpu", out="out")
+        r.start()
+        threading.Thread(target=r.stop).start()  # left on: the exit stops it in this thread
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "on ['cpu'] 0" in proc.stdout and "off [] 2" in proc.stdout
+    assert proc.stderr.count("was started in another thread, and the CPU route stops only there") == 2
+
+
+def test_mark_from_another_thread_is_refused_once_with_a_warning(cpu):
+    import threading
+
+    import torch
+
+    from memsnap_magic import Recorder, mark
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Recorder(steps=[1, 2], device="cpu", wait=True, namespace={}):
+            for step in (1, 2):
+                t = threading.Thread(target=mark, args=(step,))
+                t.start()
+                t.join()
+                torch.ones(1000 * step)
+    said = ours(caught)
+    assert sum("ran in another thread than the one recording" in m for m in said) == 1
+    assert any("no listed step began" in m for m in said)
+    assert session().intervals == [] and STATE.recording_devices() == []
+
+
+@pytest.mark.parametrize("step", [2.7, True, "one", None])
+def test_mark_takes_integers_only_in_or_out_of_a_block(cpu, step):
+    import numpy as np
+
+    from memsnap_magic import Recorder, mark
+
+    with pytest.raises(TypeError, match=r"mark\(step\): step must be an integer"):
+        mark(step)
+    with Recorder(steps=[1], device="cpu", wait=True, namespace={}):
+        mark(np.int64(1))  # numpy's integers are integers
+        with pytest.raises(TypeError, match=r"mark\(step\): step must be an integer"):
+            mark(step)
+    assert [iv.step for iv in session().intervals] == [1]
+
+
+def test_one_recorder_entered_again_inside_itself_leaves_the_outer_block_recording(cpu):
+    import torch
+
+    from memsnap_magic import Recorder
+
+    r = Recorder(step=5, device="cpu", wait=True, namespace={})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with r:
+            a = torch.ones(1000)
+            with r:
+                b = torch.ones(2000)
+            c = torch.ones(1_000_000)
+            del a, b, c
+    assert any("already recorded by an enclosing block (step 5)" in m for m in ours(caught))
+    (iv,) = session().intervals
+    assert iv.peak_allocated - iv.baseline_allocated == 4_012_000  # c was recorded: the outer block went on
+    assert STATE.recording_devices() == []
+
+
+def test_a_recorder_used_again_says_again_that_no_listed_step_began(cpu):
+    import torch
+
+    from memsnap_magic import Recorder, mark
+
+    r = Recorder(steps=[1, 2], device="cpu", wait=True, namespace={})
+    with r:
+        for step in (1, 2):
+            mark(step)
+            torch.ones(10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with r:
+            torch.ones(5)
+    assert any("no listed step began" in m for m in ours(caught))
+
+
+@pytest.mark.parametrize(
+    "line", ["step=2 model=nope", "step=2 optimizer=nope", "step=2 run=other model=nope", "steps=2,3 model=nope"]
+)
+def test_a_cell_refused_for_its_options_leaves_a_never_cleared_history_running(shell, line):
+    shell.run_cell("import torch")
+    assert shell.run_cell("%%memsnap step=1 device=cpu clear=false\na = torch.ones(100)").success
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell(f"%%memsnap device=cpu {line}\nprint('ran')")
+    assert not res.success and "no 'nope' in the namespace" in str(res.error_in_exec)
+    assert not any("ended here" in m for m in ours(caught))
+    assert STATE.recording_devices() == ["cpu"] and STATE.chains == {"cpu": ""}
+    assert shell.run_cell("%%memsnap step=2 device=cpu\nb = torch.ones(200)").success
+    assert [iv.step for iv in session().intervals] == [1, 2]
+    assert session().last.trace_entries >= 2  # step 1's history went on into step 2's file
+
+
+def test_a_proxy_claiming_to_be_a_module_is_refused_by_its_type(shell):
+    shell.run_cell(
+        "import torch\nclass Proxy:\n    @property\n    def __class__(self):\n"
+        "        return torch.nn.Module\nfake = Proxy()"
+    )
+    res = shell.run_cell("%%memsnap device=cpu model=fake\nx = 1")
+    assert not res.success and "model=fake: that is a Proxy, not a torch.nn.Module" in str(res.error_in_exec)

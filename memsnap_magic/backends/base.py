@@ -30,6 +30,7 @@ class Backend(ABC):
     has_allocator_peak: ClassVar[bool] = True  # the allocator keeps a peak of its own
     clears_in_place: ClassVar[bool] = True  # begin(fresh=True) while recording starts a new history
     host: ClassVar[bool] = False  # records host (CPU) memory
+    thread_bound: ClassVar[bool] = False  # recording stops (and steps change) only in the thread that started it
     label: ClassVar[str] = "the allocator"  # how messages name this route
 
     device: str  # "cpu", "cuda:0", ...

@@ -237,6 +237,7 @@ class CpuBackend(Backend):
     has_allocator_peak = False
     stack_bytes = STACK_BYTES
     clears_in_place = False  # reading the events ends the profiler session: a new step starts a new one
+    thread_bound = True  # a profiler session lives in its thread's state: another thread finds none to stop
     host = True
     label = "the CPU route"
 
