@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsnap_magic import session, wait_for_writes
+from memsnap_magic import load_snapshot, session, wait_for_writes
 from memsnap_magic.backends.cpu_history import STACK_BYTES
 from memsnap_magic.state import STATE
 from memsnap_magic.text import blocks_table, frame_lines
@@ -621,3 +621,26 @@ def test_a_scripts_recorder_keeps_no_local_alive(tmp_path):
     assert held() is None  # the helper returned: its locals are gone
     with recorder:
         torch.ones(10)
+
+
+@pytest.mark.parametrize("where", ["in the chain's first step", "in a plain cell between its steps"])
+def test_a_never_cleared_history_does_not_bring_back_what_it_freed_of_the_start(cpu, where):
+    """A block from before recording, freed in a clear=false step (or between two), stayed live in
+    the chain's next file and in every later step's start (the watch had forgotten it)."""
+    E = 10 * MiB
+    run(cpu, f"a = torch.empty({E}, dtype=torch.uint8); b = torch.empty({3 * MiB}, dtype=torch.uint8)")
+    if where == "in the chain's first step":
+        run(cpu, f"%%memsnap step=1 clear=false\ndel a\nc = torch.empty({MiB}, dtype=torch.uint8)")
+    else:
+        run(cpu, f"%%memsnap step=1 clear=false\nc = torch.empty({MiB}, dtype=torch.uint8)")
+        run(cpu, "del a")
+    run(cpu, f"%%memsnap step=2 clear=false\nd = torch.empty({2 * MiB}, dtype=torch.uint8)")
+    run(cpu, f"%%memsnap step=3\ne = torch.empty({4 * MiB}, dtype=torch.uint8); del e")
+    run(cpu, "%%memsnap step=4\nx = 1")
+    _, two, three, four = session().intervals
+    assert two.end_allocated == three.end_allocated == 6 * MiB  # b, c and d
+    assert three.peak_allocated == (14 if where == "in a plain cell between its steps" else 13) * MiB
+    assert four.baseline_allocated == four.end_allocated == 6 * MiB and not four.moved
+    snap = load_snapshot(three.path)
+    live = sum(b["requested_size"] for seg in snap["segments"] for b in seg["blocks"])
+    assert live == 6 * MiB

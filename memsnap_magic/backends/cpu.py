@@ -365,7 +365,9 @@ class CpuBackend(Backend):
         # a reference at an address the interval allocated or freed at is an earlier storage's
         self._watch.forget(self._history.tables.last)
         self._watch.see(found, self._carried)
-        self._watch.keep_only(self._carried)
+        # the start's blocks stay watched too: a clear=false history's next snapshot asks again
+        # whether they live (one freed in this step would come back in the next one's end)
+        self._watch.keep_only({**self._live_start, **self._carried})
         if roots is not None and not self._watch.covers(self._carried):
             # blocks no name reaches: an autograd graph kept alive (a loss in a list) may hold them
             found = {}
