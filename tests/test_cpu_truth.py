@@ -71,6 +71,23 @@ def test_tensors_in_closures_defaults_and_class_attributes_of_the_notebook_are_c
     assert three.kept == -2 * MiB and three.end_allocated == 1 * MiB
 
 
+def test_a_tensor_captured_by_a_module_hook_is_counted(cpu):
+    # the hook is held only by the module (register_forward_hook): no name of the namespace holds it
+    run(
+        cpu,
+        "lin = torch.nn.Linear(2, 2)\n"
+        "def make(n):\n    buf = torch.ones(n)\n    return lambda m, i, o: buf\n"
+        "h = lin.register_forward_hook(make(2**18))\n"
+        "p = lin.register_forward_pre_hook(make(2**19))",
+    )
+    run(cpu, "%%memsnap step=1\nh.remove()")
+    run(cpu, "%%memsnap step=2\np.remove()")
+    one, two = session().intervals
+    params = 4 * (2 * 2 + 2)
+    assert one.baseline_allocated == 3 * MiB + params and one.kept == -MiB
+    assert two.baseline_allocated == 2 * MiB + params and two.kept == -2 * MiB
+
+
 def test_a_modules_plain_tensor_attributes_are_counted_and_its_own_methods_never_run(cpu):
     run(
         cpu,

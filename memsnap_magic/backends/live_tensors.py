@@ -143,7 +143,9 @@ def _walk(
                     # past torch's own ~20 attributes, reading one is charged, from what no waiting name needs
                     extra = min(max(len(attrs) - _MODULE_ATTRS, 0), max(left[0] - len(queue), 0))
                     left[0] -= extra
-                    later(_module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra), 0)
+                    members, hooks = _module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra)
+                    later(members, 0)
+                    later(hooks, 1)  # a hook of yours is looked into as a name's function is: its closure
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
                 if issubclass(type(state), dict):
@@ -253,26 +255,33 @@ def instance_dict(obj: Any) -> dict[str, Any] | None:
     return attrs if type(attrs) is dict else None
 
 
-def _module_members(attrs: dict[str, Any], tensor: type, scan: int) -> Iterable[Any]:
+def _module_members(attrs: dict[str, Any], tensor: type, scan: int) -> tuple[Iterable[Any], Iterable[Any]]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
-    (``self.pe = pe``) among its first ``scan`` attributes, from its attribute dict: an
-    overridden ``parameters()`` is not run. Its other attributes (ints, a config) are passed over,
-    so a model of thousands of modules spends the walk's budget on its modules and tensors."""
-    owned, public = [], []
+    (``self.pe = pe``) among its first ``scan`` attributes, from its attribute dict (an
+    overridden ``parameters()`` is not run); and its hooks' functions (``register_forward_hook``).
+    Its other attributes (ints, a config) are passed over, so a model of thousands of modules
+    spends the walk's budget on its modules and tensors."""
+    owned: list[Iterable[Any]] = []
+    public: list[Any] = []
+    hooks: list[Iterable[Any]] = []
     # one pass for torch's dicts and the tensors (module_dicts finds the dicts alone, for
     # labelling; calling it here too read each module twice: +9 µs a walk on a small MLP)
     for name, value in islice(dict.items(attrs), scan):
         if type(name) is not str:
             continue
-        if name in _MODULE_DICTS:  # str keys compared as str: a colliding key's __eq__ is not run
-            if issubclass(type(value), dict):
-                owned.append(dict.values(value))
+        held = _HELD_IN.get(name)  # str keys compared as str: a colliding key's __eq__ is not run
+        if held is not None:
+            if issubclass(type(value), dict) and value:
+                (hooks if held else owned).append(dict.values(value))
         elif issubclass(type(value), tensor) and not name.startswith("_"):
             public.append(value)
-    return chain(*owned, public)
+    return chain(*owned, public), chain(*hooks)
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
+# a module's dicts the walk reads: torch's three (False), and those holding hook functions (True)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_HELD_IN = {**dict.fromkeys(_MODULE_DICTS, False), **dict.fromkeys(_HOOK_DICTS, True)}
 
 
 def module_dicts(attrs: dict[str, Any], scan: int = _MODULE_ATTRS) -> dict[str, dict[Any, Any]]:
