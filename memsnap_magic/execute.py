@@ -208,6 +208,13 @@ class _CellTraceback:
             type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the exception pickled (kept, sent to another process) carries no shell: it renders as usual there
+        return _AsUsual, (self.owner,)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _AsUsual:
+        return _AsUsual(memo.get(id(self.owner), self.owner))
+
     def _first(self, found: Callable[[Any], bool]) -> Any:
         """The traceback from the first frame whose code is ``found``: the body's own code
         objects first, as ipykernel names a cell's file by its text, and a body ending in a
@@ -216,6 +223,28 @@ class _CellTraceback:
         while tb is not None and not found(tb.tb_frame.f_code):
             tb = tb.tb_next
         return tb
+
+
+class _AsUsual:
+    """What a pickled or copied exception's ``_render_traceback_`` becomes: IPython's usual
+    rendering of it (or the standard library's, outside IPython)."""
+
+    def __init__(self, owner: BaseException) -> None:
+        self.owner = owner
+
+    def __call__(self) -> list[str]:
+        import traceback
+
+        value = self.owner
+        shell = _running_shell()
+        if shell is not None and hasattr(shell, "InteractiveTB"):
+            return shell.InteractiveTB.structured_traceback(type(value), value, value.__traceback__)
+        return traceback.format_exception(type(value), value, value.__traceback__)
+
+
+def _running_shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
 
 
 def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:

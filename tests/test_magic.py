@@ -232,6 +232,24 @@ def test_our_frames_stay_out_of_the_traceback_tb_and_exception_groups(torch_ns, 
     assert "----> 1 raise _e" in text and "----> 2 raise _e" in text  # the new cell's frame, then the old
 
 
+def test_an_exception_from_a_recorded_cell_can_be_pickled_and_copied(torch_ns, capsys):
+    """Our rendering hook held the shell: a kept exception could no longer be pickled (sent to a
+    worker, saved) nor deep-copied. Copies render as any exception does."""
+    import copy
+    import pickle
+
+    sh = torch_ns
+    sh.run_cell("errs = []")
+    res = sh.run_cell("%%memsnap step=1\ntry:\n    1/0\nexcept Exception as e:\n    errs.append(e)\n    raise")
+    assert isinstance(res.error_in_exec, ZeroDivisionError)
+    capsys.readouterr()
+    (e,) = sh.user_ns["errs"]
+    for other in (pickle.loads(pickle.dumps(e)), copy.deepcopy(e)):
+        assert type(other) is ZeroDivisionError and other.args == e.args
+        text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(other._render_traceback_()))
+        assert "ZeroDivisionError: division by zero" in text and "memsnap_magic" not in text
+
+
 def test_a_body_named_like_its_cell_still_shows_one_traceback(torch_ns, capsys, monkeypatch):
     # ipykernel names a cell's file by a hash of its text; a body ending in a newline has the
     # outer cell's text, and so its file name: the outer frame must not join the traceback
