@@ -83,7 +83,9 @@ class CellCode:
         # last: the last node shows its values, whatever it is; last_expr: only an expression does
         last_expr = bool(nodes) and isinstance(nodes[-1], ast.Expr) and mode != "none"
         shown = nodes.pop() if nodes and (mode == "last" or last_expr) else None
-        execs = [compile_(ast.Module(nodes, []), self.filename, "exec")] if nodes else []
+        # one statement at a time, as IPython compiles a cell: a `from __future__` import after
+        # other statements compiles (and holds for the statements after it, as in a plain cell)
+        execs = [compile_(ast.Module([node], []), self.filename, "exec") for node in nodes]
         if shown is None:
             return execs, None
         if isinstance(shown, ast.Expr):  # its value is the cell's, displayed by IPython as Out[N]
@@ -153,8 +155,11 @@ class SyntaxCheck:
         try:
             source = "\n" + self.shell.transform_cell(body)
             # compiled, not only parsed: `return`, `yield`, `break` or `nonlocal` at the top level
-            # parse but fail to compile, and IPython must report them as a cell's, not from our frames
-            compile(source, "<memsnap-check>", "exec", self.shell.compile.flags, True)
+            # parse but fail to compile, and IPython must report them as a cell's, not from our frames;
+            # a statement at a time, as IPython compiles a cell (a late `from __future__` import compiles)
+            flags = self.shell.compile.flags
+            for node in compile(source, "<memsnap-check>", "exec", flags | ast.PyCF_ONLY_AST, True).body:
+                compile(ast.Module([node], []), "<memsnap-check>", "exec", flags, True)
         except SyntaxError:
             if _awaits_at_top_level(source):  # the magic says what to do instead
                 return lines

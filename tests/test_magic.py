@@ -309,6 +309,16 @@ def test_syntax_error_reads_as_in_a_plain_cell_and_records_nothing(shell, capsys
     assert session().intervals == []
 
 
+def test_a_future_import_after_other_statements_is_recorded_as_a_plain_cell_runs_it(shell):
+    """IPython compiles a cell a statement at a time, so a late `from __future__` import is
+    accepted; our one-module compile refused it, and the cell ran unrecorded without a word."""
+    body = "x = 1\nfrom __future__ import annotations\ndef f(a: Undefined): pass\nseen = f.__annotations__"
+    res = shell.run_cell("%%memsnap device=cpu\n" + body)
+    assert res.success and shell.user_ns["seen"] == {"a": "Undefined"}
+    assert len(session().intervals) == 1
+    assert shell.run_cell(body).success and shell.user_ns["seen"] == {"a": "Undefined"}  # as plainly
+
+
 def test_cell_behaves_as_without_the_magic(torch_ns):
     sh = torch_ns
     res = run(sh, "%%memsnap\nfrom math import tau\nn = 3\n%time m = n + 1\nm * 10")
