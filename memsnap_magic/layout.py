@@ -27,6 +27,9 @@ SUFFIXES = (".pickle", ".pkl")
 META_KEY = "memsnap"
 # a file name's start: never hidden, never ".."; letters and digits of any script (runs/mémoire)
 TAG_PATTERN = r"\w[\w.-]{0,99}"
+# a tag's or a run's bytes in UTF-8 (100 letters of some scripts take 300): with the rest of a
+# dump's name, its summary's and their temporary names', within the 255 a file name may take
+NAME_BYTES = 180
 MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
 # ASCII digits only: \d would read step٣ (Arabic-Indic) as step 3
 _STEP = re.compile(r"^step([0-9]{1,9})$")

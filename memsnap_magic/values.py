@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from .backends.registry import KINDS
-from .layout import MAX_STEP, TAG_PATTERN
+from .layout import MAX_STEP, NAME_BYTES, TAG_PATTERN
 
 
 class Value:
@@ -164,16 +164,20 @@ class Device(Value):
 
 
 class Tag(Value):
-    _allowed, _metavar = "letters, digits, _ . - (not first: . -), at most 100", "NAME"
+    _allowed, _metavar = f"letters, digits, _ . - (not first: . -), at most 100 ({NAME_BYTES} bytes as UTF-8)", "NAME"
 
     def __init__(self, begins: str = "a file name") -> None:
         self.begins = begins
 
     def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not re.fullmatch(TAG_PATTERN, value):
+        if not isinstance(value, str) or not re.fullmatch(r"\w[\w.-]*", value):
             raise ValueError(
                 f"only letters, digits, '_', '.', '-', not starting with '.' or '-' (it begins {self.begins})"
             )
+        if not re.fullmatch(TAG_PATTERN, value):
+            raise ValueError(f"{len(value)} characters; at most 100")
+        if len(value.encode()) > NAME_BYTES:  # \w is never a surrogate: it encodes
+            raise ValueError(f"{len(value.encode())} bytes as UTF-8; at most {NAME_BYTES} fit in {self.begins}")
         return value
 
 

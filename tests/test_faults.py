@@ -348,6 +348,24 @@ def test_tags_that_would_hide_files_are_refused(shell):
             shell.run_cell_magic("memsnap", f"tag={tag}", "pass")
 
 
+def test_names_too_long_for_a_file_are_refused_before_the_cell_runs(shell):
+    """100 letters of a script that takes 3 bytes each passed the check, then the write failed
+    (`File name too long`) and the step was kept in memory only."""
+    from IPython.core.error import UsageError
+
+    for line, words in (
+        ("tag=" + "漢" * 61, "183 bytes as UTF-8; at most 180 fit in a file name"),
+        ("run=" + "漢" * 80, "240 bytes as UTF-8; at most 180 fit in a folder name"),
+        ("tag=" + "a" * 101, "101 characters; at most 100"),
+    ):
+        with pytest.raises(UsageError, match=words):
+            shell.run_cell_magic("memsnap", f"device=cpu {line}", "ran = True")
+    assert "ran" not in shell.user_ns
+    shell.run_cell_magic("memsnap", f"device=cpu wait=true tag={'漢' * 60} run={'漢' * 60}", "x = 1")
+    (iv,) = session().intervals
+    assert iv.path is not None and iv.path.exists() and Path(str(iv.path) + ".summary.json").exists()
+
+
 def test_two_processes_with_one_pid_keep_both_files(tmp_path):
     # as two kernels in their own PID namespaces would: both are pid 1
     code = textwrap.dedent("""
