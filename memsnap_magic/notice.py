@@ -23,6 +23,11 @@ def blamed_on(where: tuple[str, int] | None) -> Iterator[None]:
         _BLAMED.reset(token)
 
 
+def blamed() -> tuple[str, int] | None:
+    """The place warnings are blamed on now (``blamed_on``), or None."""
+    return _BLAMED.get()
+
+
 def caller_outside(filename: str) -> tuple[str, int]:
     """The file and line of the nearest caller whose code is not in ``filename``."""
     frame = sys._getframe(1)

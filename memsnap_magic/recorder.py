@@ -168,8 +168,11 @@ class Recorder:
         Inside a block that already records the same device (a ``Recorder`` in a ``%%memsnap``
         cell, a nested cell) this one records nothing and says so once: one history per device.
         """
+        from .writer import WRITER
+
         if self.where is None:
             self.where = caller_outside(__file__)
+        WRITER.report()  # a script's earlier block that could not be written says so now, at its line
         with _STARTING, blamed_on(self.where):  # check and claim the device as one step
             return self._start()
 
@@ -555,7 +558,7 @@ class Recorder:
                 self._quietly(self.report, iv, previous)
         if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
             try:  # blocks while the write before waits: a Ctrl-C there means no file
-                WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path))
+                WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path), self.where)
             except BaseException:
                 iv.path = None
                 raise

@@ -106,10 +106,10 @@ class Choices(Value):
     def check(self, value: Any) -> tuple[str, ...]:
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise ValueError("not a list")
-        chosen = tuple(dict.fromkeys(value))
-        if not chosen or any(v not in self.values for v in chosen):
+        items = list(value)
+        if not items or any(type(v) is not str or v not in self.values for v in items):
             raise ValueError("not one or more of the allowed values")
-        return chosen
+        return tuple(dict.fromkeys(items))
 
 
 class Boolean(Value):
@@ -188,8 +188,12 @@ class Folder(Value):
         return self.check(os.fspath(value) if isinstance(value, os.PathLike) else value)
 
     def check(self, value: Any) -> str:
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str):
+            raise ValueError(f"a path is a str or os.PathLike, not {type(value).__name__}")
+        if not value:
             raise ValueError("empty path")
+        if "\0" in value:
+            raise ValueError("a path cannot hold a NUL character")
         return os.path.expanduser(value)  # out=~/runs: a shell would have expanded it
 
 

@@ -22,25 +22,26 @@ import sys
 import threading
 from typing import Callable
 
-from .notice import warn
+from .notice import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
 Job = Callable[[], "str | None"]  # writes something; returns what went wrong, in one line, or None
+Where = "tuple[str, int] | None"  # the line a failure is said at: the block's that recorded it
 
 
 class Writer:
     """One daemon thread running write jobs in the order handed over."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Job, str]] = queue.Queue(PENDING)
+        self._queue: queue.Queue[tuple[Job, str, Where]] = queue.Queue(PENDING)
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._lock = threading.Lock()
-        self._failures: list[str] = []
+        self._failures: list[tuple[str, Where]] = []
 
-    def submit(self, job: Job, what: str) -> None:
+    def submit(self, job: Job, what: str, where: Where = None) -> None:
         """Run ``job`` (which writes ``what``) in the background, after the jobs before it;
-        blocks while ``PENDING`` jobs already wait."""
+        blocks while ``PENDING`` jobs already wait. A failure is said at ``where``."""
         with self._lock:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 # none yet, or a fork's copy of ours (threads do not survive a fork)
@@ -49,21 +50,31 @@ class Writer:
                 self._pid = os.getpid()
                 self._thread.start()
                 _wait_when_a_worker_ends(self)
-        self._queue.put((job, what))
+        self._queue.put((job, what, where))
 
     def wait(self) -> None:
         """Block until every job handed over is done; warn once about each that failed.
         Costs nothing when there is nothing to wait for (before every cell, every load)."""
         if self._thread is not None and self._pid == os.getpid():
             self._queue.join()
+        self._say(ours_first=False)
+
+    def report(self) -> None:
+        """Say what failed so far, without waiting (a script's next block: the writes of the
+        one before go on while it runs)."""
+        self._say(ours_first=True)
+
+    def _say(self, ours_first: bool) -> None:
+        """One warning per failed job, at the line of the block that recorded it, unless the
+        caller blames another place (a notebook's next cell says it from the background)."""
         with self._lock:
             failures, self._failures = self._failures, []
-        for message in failures:
-            warn(message, stacklevel=3)
+        for message, where in failures:
+            warn(message, stacklevel=4, where=where if ours_first or blamed() is None else None)
 
     def _run(self) -> None:
         while True:
-            job, what = self._queue.get()
+            job, what, where = self._queue.get()
             try:
                 message = job()
             except BaseException as e:  # the thread outlives anything, or wait() would block forever
@@ -73,7 +84,7 @@ class Writer:
                 self._queue.task_done()
             if message is not None:
                 with self._lock:
-                    self._failures.append(message)
+                    self._failures.append((message, where))
 
 
 def _wait_when_a_worker_ends(writer: Writer) -> None:

@@ -242,7 +242,7 @@ def test_an_interrupt_handing_the_snapshot_to_a_busy_writer_leaves_no_path(shell
     and the interval, already in the session, says so (``path=None``)."""
     from memsnap_magic.writer import WRITER
 
-    def busy(job, what):
+    def busy(job, what, where=None):
         raise KeyboardInterrupt  # the user's Ctrl-C while the queue is full
 
     shell.run_cell("import torch")

@@ -75,6 +75,11 @@ def test_recorder_keywords_are_converted_directly():
         ({"device": "tpu"}, "device="),
         ({"tag": "a/b"}, "tag="),
         ({"bogus": 1}, "unknown option 'bogus'"),
+        # each refused for what it is (an unhashable item was a raw TypeError; bytes, "empty path")
+        ({"skip_actions": [[1]]}, "skip_actions=.*not one or more of the allowed values"),
+        ({"out": b"runs"}, "out=.*a path is a str or os.PathLike, not bytes"),
+        ({"out": 5}, "out=.*not int"),
+        ({"out": "a\0b"}, "out=.*cannot hold a NUL character"),
     ]:
         with pytest.raises(OptionError, match=words):
             from_keywords(**bad)

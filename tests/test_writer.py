@@ -230,3 +230,20 @@ def test_a_worker_forked_after_the_cpu_route_recorded_is_refused_not_hung(tmp_pa
         [sys.executable, "w.py", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.startswith("BackendError: device=cpu: this process was forked") and "'spawn'" in out.stdout
+
+
+def test_a_scripts_failed_writes_are_said_at_their_blocks_lines(tmp_path):
+    """They were said at exit from a line of ours (writer.py); each now names its `with` line."""
+    (tmp_path / "notadir").touch()
+    script = (
+        "import torch\nfrom memsnap_magic import Recorder\n"
+        "with Recorder(step=1, device='cpu', out='notadir'):\n    x = torch.ones(10)\n"
+        "with Recorder(step=2, device='cpu', out='notadir'):\n    y = torch.ones(10)\n"
+    )
+    (tmp_path / "s.py").write_text(script)
+    proc = subprocess.run([sys.executable, "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [line for line in proc.stderr.splitlines() if "RuntimeWarning: memsnap: could not write" in line]
+    assert len(said) == 2
+    assert "s.py:3: RuntimeWarning" in said[0] and "step 1 is kept in memory only" in said[0]
+    assert "s.py:5: RuntimeWarning" in said[1] and "step 2 is kept in memory only" in said[1]
