@@ -156,6 +156,8 @@ class MemsnapMagics(Magics):
             words = shlex.split(rest)
             run = None
             named = [w for w in words if w.startswith("as=")]
+            if len(named) > 1:  # as option lines refuse a key given twice
+                raise UsageError(f"%memsnap load: as= given {len(named)} times; name the run once")
             if named:
                 try:
                     run = Tag("a folder name").parse(named[-1][3:])

@@ -98,6 +98,8 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     before = list(session().intervals)
     with pytest.raises(UsageError, match=r"2 runs \(after, memsnap\) cannot take one name"):
         shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap'} as=both")
+    with pytest.raises(UsageError, match=r"as= given 2 times; name the run once"):  # the last one won before
+        shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=a as=b")
     assert session().intervals == before
 
 
