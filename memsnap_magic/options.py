@@ -156,8 +156,9 @@ def parse(line: str, defaults: Mapping[str, Any] | None = None, prog: str = "%%m
     return _checked(replace(DEFAULTS, **{**(defaults or {}), **given}), prog)
 
 
-def from_keywords(prog: str = "Recorder", **values: Any) -> Options:
-    """Options from Python values (``Recorder(step=3, out=path)``); None means the default."""
+def from_keywords(prog: str = "Recorder", defaults: Mapping[str, Any] | None = None, **values: Any) -> Options:
+    """Options from Python values (``Recorder(step=3, out=path)``) over ``defaults`` (the
+    session's, from ``%memsnap config``) over the table's; None means the default."""
     given: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
@@ -165,7 +166,7 @@ def from_keywords(prog: str = "Recorder", **values: Any) -> Options:
         if key not in OPTIONS:
             raise OptionError(f"{prog}: unknown option {key!r} (keys: {', '.join(OPTIONS)})")
         given[key] = _convert(key, value, OPTIONS[key].kind.coerce, prog)
-    return _checked(replace(DEFAULTS, **given), prog)
+    return _checked(replace(DEFAULTS, **{**(defaults or {}), **given}), prog)
 
 
 def parse_config(line: str, current: Mapping[str, Any], prog: str = "%memsnap config") -> dict[str, Any]:

@@ -105,9 +105,10 @@ class Recorder:
     >>> with Recorder(step=3, device="cpu"):          # doctest: +SKIP
     ...     loss = model(batch).sum(); loss.backward()
 
-    Keywords are the magic's options (below; ``%%memsnap?``), as Python values, or ``options=``
-    an ``Options`` the magic parsed; ``model=`` and ``optimizer=`` also take the objects. ``namespace``:
-    where the CPU route looks for the tensors live at the interval's start, and where models and
+    Keywords are the magic's options (below; ``%%memsnap?``), as Python values, over the
+    session's ``%memsnap config`` defaults (a notebook's), or ``options=`` an ``Options`` the
+    magic parsed; ``model=`` and ``optimizer=`` also take the objects. ``namespace``: where the
+    CPU route looks for the tensors live at the interval's start, and where models and
     optimizers are found (default: the caller's module globals). ``report(interval, previous)``
     is called after each dump. ``start()`` and ``stop(error)`` are the same steps without ``with``.
 
@@ -133,8 +134,9 @@ class Recorder:
             for k in ("model", "optimizer")
             if not isinstance(keywords.get(k), (str, type(None)))
         }
-        if options is None:
-            options = opts.from_keywords("Recorder", step=step, **keywords)
+        self.session = session if session is not None else STATE.session
+        if options is None:  # a notebook's %memsnap config defaults hold here too
+            options = opts.from_keywords("Recorder", self.session.defaults, step=step, **keywords)
         elif step is not None or keywords:
             raise TypeError("Recorder: give options= or option keywords, not both")
         self.options = options
@@ -145,7 +147,6 @@ class Recorder:
         function = namespace is None and caller.f_code.co_flags & _CO_OPTIMIZED
         self._caller_code = caller.f_code if function else None
         self.namespace = namespace if namespace is not None else caller.f_globals
-        self.session = session if session is not None else STATE.session
         self.report = report
         self.intervals: list[Interval] = []
         self._backend: Backend | None = None

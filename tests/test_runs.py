@@ -71,6 +71,21 @@ def test_recorder_takes_a_run(tmp_path):
     assert iv.step == 7 and iv.path.parent.parent.name == "after"
 
 
+def test_a_recorder_in_the_notebook_takes_the_config_defaults_under_its_own_keywords(shell, tmp_path):
+    """The await UsageError sends users to `async with Recorder(...)` in a plain cell: it wrote
+    to memsnap/ in the session's own run whatever %memsnap config said."""
+    shell.run_line_magic("memsnap", "config device=cpu out=cfgout run=cfgrun max_entries=7")
+    res = shell.run_cell(
+        "import torch\nfrom memsnap_magic import Recorder\nwith Recorder(step=2, wait=True):\n    x = torch.ones(10)"
+    )
+    assert res.success
+    (iv,) = session().intervals
+    assert iv.run == "cfgrun" and iv.path.parent == tmp_path / "cfgout" / "cfgrun" / "step2"
+    assert load_snapshot(iv.path)["memsnap"]["max_entries"] == 7
+    res = shell.run_cell("with Recorder(step=3, run='mine', out='elsewhere', wait=True):\n    y = torch.ones(10)")
+    assert res.success and session().last.path.parent == tmp_path / "elsewhere" / "mine" / "step3"
+
+
 def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     shell.user_ns["kept"] = []
     shell.run_line_magic("memsnap", "config device=cpu")
