@@ -784,3 +784,25 @@ def test_a_proxy_claiming_to_be_a_module_is_refused_by_its_type(shell):
     )
     res = shell.run_cell("%%memsnap device=cpu model=fake\nx = 1")
     assert not res.success and "model=fake: that is a Proxy, not a torch.nn.Module" in str(res.error_in_exec)
+
+
+def test_a_torch_profiler_run_before_us_adds_no_lines_to_later_cells(tmp_path):
+    """Kineto started by the user's profiler ignores our quiet log level: each recorded block
+    printed two `USDT: … profiler_start/stop` lines."""
+    script = textwrap.dedent(
+        """
+        import torch
+        with torch.profiler.profile():
+            torch.ones(10).sum()
+        print("---", flush=True)
+        from memsnap_magic import Recorder
+        for step in (1, 2):
+            with Recorder(step=step, device="cpu", out="out", wait=True):
+                x = torch.ones(10)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = "USDT:" in proc.stderr  # the user's own profiler's lines, if this torch prints them
+    assert proc.stderr.count("USDT:") == (2 if before else 0), proc.stderr
+    assert len(list((tmp_path / "out").rglob("*.pickle"))) == 2

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..options import DEFAULTS
@@ -39,6 +40,24 @@ if TYPE_CHECKING:
 
 # torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
 TESTED_TORCH = ("2.13",)
+
+
+@contextlib.contextmanager
+def _stderr_caught() -> Iterator[Callable[[], list[bytes]]]:
+    """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out."""
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as spool:
+        saved = os.dup(2)
+        os.dup2(spool.fileno(), 2)
+        try:
+            yield lambda: lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            spool.seek(0)
+            lines = spool.read().splitlines(keepends=True)
 
 
 class _Profiler:
@@ -63,6 +82,8 @@ class _Profiler:
         self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
         self._rss_at_start: int | None = None
         self._used_in: int | None = None  # the process that started a session (a fork's child cannot)
+        # kineto started before us (a torch.profiler of the user's): it prints two USDT lines per session
+        self._chatty = False
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -72,19 +93,14 @@ class _Profiler:
         import torch
 
         victim = torch.empty(16)
-        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)
-        try:
+        with _stderr_caught() as caught:
             self.start()
             del victim
             probe = torch.empty(16)  # an allocation and a free seen whole, for check_instants
             del probe
             check_instants(self.stop() or [])
             self._settle()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(null)
+        self._chatty = any(line.startswith(b"USDT:") for line in caught())
         self._warm = True
 
     def start(self, stacks: bool = False) -> None:
@@ -101,8 +117,9 @@ class _Profiler:
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
         self._rss_at_start = _resident_bytes()
-        _prepare_profiler(config, self._activities)
-        _enable_profiler(config, self._activities, self._scopes)
+        with self._quietly():
+            _prepare_profiler(config, self._activities)
+            _enable_profiler(config, self._activities, self._scopes)
         self.running = True
 
     def stop(self) -> list[Any] | None:
@@ -115,7 +132,8 @@ class _Profiler:
         if not _profiler_enabled() or public_profiler_running():
             return None
         hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
-        result = _disable_profiler()
+        with self._quietly():
+            result = _disable_profiler()
         if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
             sys.setprofile(hook)
         with no_gc():  # the tree is an object per event: collections while building it walk them all
@@ -125,6 +143,20 @@ class _Profiler:
         rss, start = _resident_bytes(), self._rss_at_start
         self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
+
+    @contextlib.contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """Where kineto was started before us, without our quiet log level: its USDT lines are
+        kept out of the user's output, what else it says passed on."""
+        if not self._chatty:
+            yield
+            return
+        with _stderr_caught() as caught:
+            yield
+        kept = [line for line in caught() if not line.startswith(b"USDT:")]
+        if kept:
+            with contextlib.suppress(OSError):
+                os.write(2, b"".join(kept))
 
     def release(self) -> None:
         """Free what the stopped sessions reported off the cell's critical path: the background
