@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import io
 import sys
 import tokenize
+import traceback
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
@@ -200,6 +202,9 @@ class _CellTraceback:
 
     def __call__(self) -> list[str]:
         value = self.owner
+        shown = getattr(sys, "last_value", value)  # what IPython renders now (it stores it first)
+        if shown is not value and isinstance(shown, BaseException):  # a copy sharing our attribute
+            return self.shell.InteractiveTB.structured_traceback(type(shown), shown, shown.__traceback__)
         if self.shown is None:
             self.shown = value.__traceback__
         elif value.__traceback__ is not self.shown:
@@ -214,11 +219,12 @@ class _CellTraceback:
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # the exception pickled (kept, sent to another process) carries no shell: it renders as usual there
-        return _AsUsual, (self.owner,)
+        # the exception pickled (kept, sent to another process) carries no shell, nothing of
+        # ours to import: there it renders as the standard library formats it
+        return _formatted(self.owner)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _AsUsual:
-        return _AsUsual(memo.get(id(self.owner), self.owner))
+    def __deepcopy__(self, memo: dict[int, Any]) -> functools.partial[list[str]]:
+        return functools.partial(*_formatted(memo.get(id(self.owner), self.owner))[1])
 
     def _first(self, found: Callable[[Any], bool]) -> Any:
         """The traceback from the first frame whose code is ``found``: the body's own code
@@ -230,26 +236,9 @@ class _CellTraceback:
         return tb
 
 
-class _AsUsual:
-    """What a pickled or copied exception's ``_render_traceback_`` becomes: IPython's usual
-    rendering of it (or the standard library's, outside IPython)."""
-
-    def __init__(self, owner: BaseException) -> None:
-        self.owner = owner
-
-    def __call__(self) -> list[str]:
-        import traceback
-
-        value = self.owner
-        shell = _running_shell()
-        if shell is not None and hasattr(shell, "InteractiveTB"):
-            return shell.InteractiveTB.structured_traceback(type(value), value, value.__traceback__)
-        return traceback.format_exception(type(value), value, value.__traceback__)
-
-
-def _running_shell() -> Any:
-    ipython = sys.modules.get("IPython")
-    return ipython.get_ipython() if ipython is not None else None
+def _formatted(exc: BaseException) -> tuple[Any, ...]:
+    """A pickled or copied exception's ``_render_traceback_``: ``traceback.format_exception`` of it."""
+    return functools.partial, (traceback.format_exception, type(exc), exc, None)
 
 
 def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:

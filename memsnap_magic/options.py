@@ -166,7 +166,15 @@ def from_keywords(prog: str = "Recorder", defaults: Mapping[str, Any] | None = N
         if key not in OPTIONS:
             raise OptionError(f"{prog}: unknown option {key!r} (keys: {', '.join(OPTIONS)})")
         given[key] = _convert(key, value, OPTIONS[key].kind.coerce, prog)
-    return _checked(replace(DEFAULTS, **{**(defaults or {}), **given}), prog)
+    merged = {**(defaults or {}), **given}
+    # a keyword wins over the defaults it would conflict with (code written for any notebook)
+    if given.get("step") is not None:
+        merged.pop("steps", None)
+    if given.get("steps") is not None:
+        merged.pop("step", None)
+        if "clear" not in given:
+            merged.pop("clear", None)
+    return _checked(replace(DEFAULTS, **merged), prog)
 
 
 def parse_config(line: str, current: Mapping[str, Any], prog: str = "%memsnap config") -> dict[str, Any]:

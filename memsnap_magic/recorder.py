@@ -68,6 +68,11 @@ def _step_number(step: Any) -> int:
     raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
 
 
+def _here() -> tuple[int, int]:
+    """This thread and asyncio task, as a key."""
+    return threading.get_ident(), id(_current_task())
+
+
 def _current_task() -> Any:
     """The asyncio task running now in this thread, or None (asyncio not in use)."""
     asyncio = sys.modules.get("asyncio")
@@ -158,9 +163,13 @@ class Recorder:
         self._usage: dict[str, int] | None = None  # backend.usage() at the interval's start
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
         self._began_us = 0  # when the step being recorded began (µs since the epoch)
+        self._where_ours = False  # where was found by start() (the magic pins its own)
         self._thread = 0  # the thread that started it
+        self._thread_obj: threading.Thread | None = None
         self._task: Any = None  # and the asyncio task, if one did
-        self._reentered = 0  # `with` blocks of this same recorder inside its own: each runs unrecorded
+        # `with` blocks of this recorder entered while it records (its own nested, another thread's or
+        # task's): each runs unrecorded, and its exit must not end the recording (by thread and task)
+        self._unrecorded: dict[tuple[int, int], int] = {}
         self._told_thread = False  # mark() from another thread was refused once, with a warning
 
     def start(self) -> Recorder:
@@ -171,8 +180,8 @@ class Recorder:
         """
         from .writer import WRITER
 
-        if self.where is None:
-            self.where = caller_outside(__file__)
+        if self.where is None or self._where_ours:  # a recorder used again: its new block's line
+            self.where, self._where_ours = caller_outside(__file__), True
         WRITER.report()  # a script's earlier block that could not be written says so now, at its line
         with _STARTING, blamed_on(self.where):  # check and claim the device as one step
             return self._start()
@@ -187,16 +196,21 @@ class Recorder:
         except OSError:  # the current directory was deleted: the write will say what went wrong
             self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
-        outer = next((r for r in STATE.active if r._backend is not None and r._backend.family == backend.family), None)
+        outer = next(
+            (
+                r
+                for r in STATE.active
+                if r._backend is not None and r._backend.family == backend.family and r._backend.recording
+            ),
+            None,
+        )
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
-            if outer is self:  # its own block entered again: the inner exit must not end the outer
-                self._reentered += 1
             task = _current_task()
             where = (
                 "a block in another thread"
                 if outer._thread != threading.get_ident()
                 else "a block in another asyncio task"
-                if outer._task is not None and task is not None and outer._task is not task
+                if outer._task is not None and not outer._task.done() and task is not None and outer._task is not task
                 else "an enclosing block"
             )
             warn(
@@ -245,7 +259,7 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
-        self._thread, self._task = threading.get_ident(), _current_task()
+        self._thread, self._thread_obj, self._task = threading.get_ident(), threading.current_thread(), _current_task()
         STATE.active.append(self)
         return self
 
@@ -259,9 +273,6 @@ class Recorder:
             self._stop(error)
 
     def _stop(self, error: BaseException | None = None) -> None:
-        if self._reentered:  # the end of a block of its own inside its own: the outer one goes on
-            self._reentered -= 1
-            return
         started, backend = self in STATE.active, self._backend
         if started and backend is not None and self._elsewhere():
             warn(
@@ -315,19 +326,41 @@ class Recorder:
         warn(f"memsnap: steps={listed}: {what}; nothing was recorded for them", stacklevel=3)
 
     def __enter__(self) -> Recorder:
+        self._enter()
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        self.stop(exc)
+        if not self._exit_unrecorded():
+            self.stop(exc)
         return False
 
     async def __aenter__(self) -> Recorder:
         """``async with Recorder(step=N): await ...``: what a ``%%memsnap`` cell cannot await."""
+        self._enter()
         return self.start()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        self.stop(exc)
+        if not self._exit_unrecorded():
+            self.stop(exc)
         return False
+
+    def _enter(self) -> None:
+        """A block of this recorder entered while it records (start() then warns it runs
+        unrecorded): counted, so that its exit leaves the recording to the block that owns it."""
+        if self in STATE.active:
+            key = _here()
+            self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
+
+    def _exit_unrecorded(self) -> bool:
+        key = _here()
+        count = self._unrecorded.get(key, 0)
+        if not count:
+            return False
+        if count == 1:
+            del self._unrecorded[key]
+        else:
+            self._unrecorded[key] = count - 1
+        return True
 
     def reach_also(self, value: Any) -> None:
         """The body's result (a cell's ``Out``): live at the end, where no name holds it yet."""
@@ -366,9 +399,16 @@ class Recorder:
                 self._watch = None
 
     def _elsewhere(self) -> bool:
-        """Whether this thread is not the one recording, on a backend bound to that thread."""
-        backend = self._backend
-        return backend is not None and backend.thread_bound and threading.get_ident() != self._thread
+        """Whether this thread is not the one recording, on a backend bound to that thread while
+        it lives (once it has ended, any thread stops it)."""
+        backend, owner = self._backend, self._thread_obj
+        return (
+            backend is not None
+            and backend.thread_bound
+            and threading.get_ident() != self._thread
+            and owner is not None
+            and owner.is_alive()
+        )
 
     def _names(self) -> dict[str, Any]:
         """The namespace, with the locals of the function that made this recorder while it runs
@@ -431,7 +471,7 @@ class Recorder:
             kind, public = kinds[key]
             for value in values:  # none: a given object since freed
                 if not issubclass(type(value), kind):  # by type(): a proxy's __class__ is not run
-                    named = getattr(o, key) or "the object given"
+                    named = "the object given" if key in self._given else getattr(o, key)
                     raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
         if len(found) == 2:
             return found["model"], found["optimizer"]

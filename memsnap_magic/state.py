@@ -82,6 +82,7 @@ class State:
                     self.chain_steps.pop(name, None)
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
+        self.active.clear()  # their blocks' ends find nothing of theirs recording, and say so
         if failures:
             warn("memsnap: could not stop recording on " + "; ".join(failures))
         return stopped

@@ -106,10 +106,10 @@ class Choices(Value):
     def check(self, value: Any) -> tuple[str, ...]:
         if isinstance(value, str) or not isinstance(value, Iterable):
             raise ValueError("not a list")
-        items = list(value)
-        if not items or any(type(v) is not str or v not in self.values for v in items):
+        items = list(value)  # str subclasses (numpy's str_) read as the str they are
+        if not items or any(not isinstance(v, str) or str(v) not in self.values for v in items):
             raise ValueError("not one or more of the allowed values")
-        return tuple(dict.fromkeys(items))
+        return tuple(dict.fromkeys(map(str, items)))
 
 
 class Boolean(Value):

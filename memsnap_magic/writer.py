@@ -75,16 +75,17 @@ class Writer:
     def _run(self) -> None:
         while True:
             job, what, where = self._queue.get()
+            message = None
             try:
                 message = job()
             except BaseException as e:  # the thread outlives anything, or wait() would block forever
                 message = f"memsnap: could not write {what}: {type(e).__name__}: {e}"
             finally:
                 del job  # what it holds (a snapshot) is freed once written, not when the next comes
+                if message is not None:  # before the job counts as done: a wait() then sees it
+                    with self._lock:
+                        self._failures.append((message, where))
                 self._queue.task_done()
-            if message is not None:
-                with self._lock:
-                    self._failures.append((message, where))
 
 
 def _wait_when_a_worker_ends(writer: Writer) -> None:

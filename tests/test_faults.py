@@ -806,3 +806,90 @@ def test_a_torch_profiler_run_before_us_adds_no_lines_to_later_cells(tmp_path):
     before = "USDT:" in proc.stderr  # the user's own profiler's lines, if this torch prints them
     assert proc.stderr.count("USDT:") == (2 if before else 0), proc.stderr
     assert len(list((tmp_path / "out").rglob("*.pickle"))) == 2
+
+
+def test_start_run_twice_is_ended_by_one_stop(cpu):
+    """A cell running `r.start()` run again: the second start warns; one stop ends the recording
+    (a count of re-entries on start() left it on for good, every later cell unrecorded)."""
+    import torch
+
+    from memsnap_magic import Recorder
+
+    r = Recorder(step=1, device="cpu", wait=True, namespace={})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r.start()
+        r.start()
+        torch.ones(1000)
+        r.stop()
+    assert any("already recorded by an enclosing block (step 1)" in m for m in ours(caught))
+    assert [iv.step for iv in session().intervals] == [1] and STATE.recording_devices() == []
+    assert cpu.run_cell("%%memsnap step=2\nx = torch.ones(10)").success
+    assert [iv.step for iv in session().intervals] == [1, 2]
+
+
+def test_one_recorder_entered_by_two_threads_is_ended_by_the_block_that_owns_it(cpu):
+    import threading
+
+    import torch
+
+    from memsnap_magic import Recorder
+
+    r = Recorder(step=1, device="cpu", wait=True, namespace={})
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with r:  # enters while the main thread's block records: runs unrecorded
+            inside.set()
+            release.wait(10)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with r:
+            t = threading.Thread(target=other)
+            t.start()
+            inside.wait(10)
+            release.set()
+            t.join()  # its exit must not end this block's recording
+            kept = torch.ones(2**18)
+    assert any("already recorded by a block in another thread" in m for m in ours(caught))
+    (iv,) = session().intervals
+    assert iv.end_allocated - iv.baseline_allocated == 2**20 and STATE.recording_devices() == []
+    del kept
+
+
+def test_a_recording_whose_thread_has_ended_is_stopped_from_another(tmp_path):
+    script = textwrap.dedent(
+        """
+        import threading, torch
+        from memsnap_magic import Recorder, session
+        from memsnap_magic.state import STATE
+        r = Recorder(step=1, device="cpu", out="out", wait=True)
+        t = threading.Thread(target=r.start); t.start(); t.join()
+        r.stop()
+        print("written", len(session().intervals), STATE.recording_devices(), STATE.active)
+        with Recorder(step=2, device="cpu", out="out", wait=True):
+            x = torch.ones(10)
+        print("steps", [iv.step for iv in session().intervals])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "written 1 [] []" in proc.stdout and "steps [1, 2]" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_process_without_stderr_records(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys, torch
+        with torch.profiler.profile():  # kineto started first: our sessions would catch its lines
+            torch.ones(10).sum()
+        sys.stderr = None  # as under pythonw, or with descriptor 2 closed
+        from memsnap_magic import Recorder, session
+        with Recorder(step=1, device="cpu", out="out", wait=True):
+            x = torch.ones(10)
+        print("steps", [iv.step for iv in session().intervals])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "steps [1]" in proc.stdout, proc.stdout + proc.stderr[-2000:]

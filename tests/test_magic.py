@@ -248,6 +248,12 @@ def test_an_exception_from_a_recorded_cell_can_be_pickled_and_copied(torch_ns, c
         assert type(other) is ZeroDivisionError and other.args == e.args
         text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(other._render_traceback_()))
         assert "ZeroDivisionError: division by zero" in text and "memsnap_magic" not in text
+    # a shallow copy shares the attribute: raised later, it shows its own traceback, not the first's
+    sh.user_ns["c"] = copy.copy(e)
+    sh.user_ns["c"].args = ("the copy",)
+    sh.run_cell("raise c", store_history=True)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "ZeroDivisionError: the copy" in text and "----> 1 raise c" in text and "1/0" not in text
 
 
 def test_a_body_named_like_its_cell_still_shows_one_traceback(torch_ns, capsys, monkeypatch):

@@ -66,6 +66,9 @@ def test_recorder_keywords_are_converted_directly():
     assert from_keywords(steps=[10, 1, 5, 5]).steps == (1, 5, 10)
     assert from_keywords(steps=range(2, 4)).steps == (2, 3)
     assert from_keywords() == DEFAULTS
+    import numpy as np
+
+    assert from_keywords(skip_actions=np.array(["oom"])).skip_actions == ("oom",)  # numpy's str_ is a str
     for bad, words in [
         ({"step": True}, "step="),
         ({"step": 1.5}, "step="),

@@ -84,6 +84,15 @@ def test_a_recorder_in_the_notebook_takes_the_config_defaults_under_its_own_keyw
     assert load_snapshot(iv.path)["memsnap"]["max_entries"] == 7
     res = shell.run_cell("with Recorder(step=3, run='mine', out='elsewhere', wait=True):\n    y = torch.ones(10)")
     assert res.success and session().last.path.parent == tmp_path / "elsewhere" / "mine" / "step3"
+    # a keyword wins over the defaults it would conflict with; an object given is named as such
+    shell.run_line_magic("memsnap", "config steps=1,2")
+    assert shell.run_cell("with Recorder(step=7, wait=True):\n    z = torch.ones(10)").success
+    shell.run_line_magic("memsnap", "config steps= clear=false model=net")
+    res = shell.run_cell("with Recorder(steps=[9], model=[1]):\n    mark(9)")
+    assert "model=the object given: that is a list" in str(res.error_in_exec)
+    shell.run_line_magic("memsnap", "config model=")
+    assert shell.run_cell("from memsnap_magic import mark\nwith Recorder(steps=[9], wait=True):\n    mark(9)").success
+    assert {7, 9} <= {iv.step for iv in session().intervals}
 
 
 def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):

@@ -239,11 +239,15 @@ def test_a_scripts_failed_writes_are_said_at_their_blocks_lines(tmp_path):
         "import torch\nfrom memsnap_magic import Recorder\n"
         "with Recorder(step=1, device='cpu', out='notadir'):\n    x = torch.ones(10)\n"
         "with Recorder(step=2, device='cpu', out='notadir'):\n    y = torch.ones(10)\n"
+        "r = Recorder(step=3, device='cpu', out='notadir')\n"
+        "with r:\n    z = torch.ones(10)\n"
+        "with r:\n    z = torch.ones(10)\n"  # used again: its own line
     )
     (tmp_path / "s.py").write_text(script)
     proc = subprocess.run([sys.executable, "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     said = [line for line in proc.stderr.splitlines() if "RuntimeWarning: memsnap: could not write" in line]
-    assert len(said) == 2
+    assert len(said) == 4
+    assert "s.py:8: RuntimeWarning" in said[2] and "s.py:10: RuntimeWarning" in said[3]
     assert "s.py:3: RuntimeWarning" in said[0] and "step 1 is kept in memory only" in said[0]
     assert "s.py:5: RuntimeWarning" in said[1] and "step 2 is kept in memory only" in said[1]

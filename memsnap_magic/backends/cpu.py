@@ -44,20 +44,50 @@ TESTED_TORCH = ("2.13",)
 
 @contextlib.contextmanager
 def _stderr_caught() -> Iterator[Callable[[], list[bytes]]]:
-    """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out."""
-    import tempfile
-
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as spool:
+    """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out.
+    Left alone where the process has no stderr (descriptor 2 closed, or another file's)."""
+    lines: list[bytes] = []
+    try:
+        if sys.stderr is None:
+            raise OSError("no stderr")
         saved = os.dup(2)
-        os.dup2(spool.fileno(), 2)
-        try:
-            yield lambda: lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            spool.seek(0)
-            lines = spool.read().splitlines(keepends=True)
+    except OSError:
+        yield lambda: lines
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    spool = _spool()
+    os.dup2(spool, 2)
+    try:
+        yield lambda: lines
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        with contextlib.suppress(OSError):
+            os.lseek(spool, 0, os.SEEK_SET)
+            lines = _read_all(spool).splitlines(keepends=True)
+        os.close(spool)
+
+
+def _spool() -> int:
+    """A descriptor to catch output in: in memory where the system has it, else a temporary
+    file, else the null device."""
+    with contextlib.suppress(Exception):
+        return os.memfd_create("memsnap-stderr")
+    with contextlib.suppress(Exception):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="memsnap-stderr-")
+        os.unlink(path)
+        return fd
+    return os.open(os.devnull, os.O_RDWR)
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 1 << 16):
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 class _Profiler:
@@ -151,12 +181,14 @@ class _Profiler:
         if not self._chatty:
             yield
             return
-        with _stderr_caught() as caught:
-            yield
-        kept = [line for line in caught() if not line.startswith(b"USDT:")]
-        if kept:
-            with contextlib.suppress(OSError):
-                os.write(2, b"".join(kept))
+        try:
+            with _stderr_caught() as caught:
+                yield
+        finally:  # what it printed before a failure too
+            kept = [line for line in caught() if not line.startswith(b"USDT:")]
+            if kept:
+                with contextlib.suppress(OSError):
+                    os.write(2, b"".join(kept))
 
     def release(self) -> None:
         """Free what the stopped sessions reported off the cell's critical path: the background

@@ -145,7 +145,7 @@ def _walk(
                     left[0] -= extra
                     members, hooks = _module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra)
                     later(members, 0)
-                    later(hooks, 1)  # a hook of yours is looked into as a name's function is: its closure
+                    later(hooks, depth)  # a hook of yours is looked into as a name's function is
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
                 if issubclass(type(state), dict):
