@@ -326,8 +326,7 @@ class Recorder:
         warn(f"memsnap: steps={listed}: {what}; nothing was recorded for them", stacklevel=3)
 
     def __enter__(self) -> Recorder:
-        self._enter()
-        return self.start()
+        return self._enter()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if not self._exit_unrecorded():
@@ -336,20 +335,27 @@ class Recorder:
 
     async def __aenter__(self) -> Recorder:
         """``async with Recorder(step=N): await ...``: what a ``%%memsnap`` cell cannot await."""
-        self._enter()
-        return self.start()
+        return self._enter()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if not self._exit_unrecorded():
             self.stop(exc)
         return False
 
-    def _enter(self) -> None:
-        """A block of this recorder entered while it records (start() then warns it runs
-        unrecorded): counted, so that its exit leaves the recording to the block that owns it."""
-        if self in STATE.active:
+    def _enter(self) -> Recorder:
+        """``start()`` for a block. One entered while this recorder records (start() then warns
+        it runs unrecorded) is counted, so that its exit leaves the recording to the block that
+        owns it."""
+        counted = self in STATE.active
+        if counted:
             key = _here()
             self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
+        try:
+            return self.start()
+        except BaseException:  # no block, no exit to count
+            if counted:
+                self._exit_unrecorded()
+            raise
 
     def _exit_unrecorded(self) -> bool:
         key = _here()
