@@ -147,9 +147,8 @@ class _Profiler:
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
         self._rss_at_start = _resident_bytes()
-        with self._quietly():
-            _prepare_profiler(config, self._activities)
-            _enable_profiler(config, self._activities, self._scopes)
+        self._quietly(_prepare_profiler, config, self._activities)
+        self._quietly(_enable_profiler, config, self._activities, self._scopes)
         self.running = True
 
     def stop(self) -> list[Any] | None:
@@ -162,8 +161,7 @@ class _Profiler:
         if not _profiler_enabled() or public_profiler_running():
             return None
         hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
-        with self._quietly():
-            result = _disable_profiler()
+        result = self._quietly(_disable_profiler)
         if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
             sys.setprofile(hook)
         with no_gc():  # the tree is an object per event: collections while building it walk them all
@@ -174,18 +172,17 @@ class _Profiler:
         self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
 
-    @contextlib.contextmanager
-    def _quietly(self) -> Iterator[None]:
-        """Where kineto was started before us, without our quiet log level: its USDT lines are
-        kept out of the user's output, what else it says passed on."""
+    def _quietly(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``. Where kineto was started before us, without our quiet log level, its
+        USDT lines are kept out of the user's output; what else it says is passed on."""
         if not self._chatty:
-            yield
-            return
+            return call(*args)
+        caught: Callable[[], list[bytes]] | None = None
         try:
             with _stderr_caught() as caught:
-                yield
+                return call(*args)
         finally:  # what it printed before a failure too
-            kept = [line for line in caught() if not line.startswith(b"USDT:")]
+            kept = [line for line in caught() if not line.startswith(b"USDT:")] if caught is not None else []
             if kept:
                 with contextlib.suppress(OSError):
                     os.write(2, b"".join(kept))
