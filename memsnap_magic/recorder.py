@@ -76,10 +76,8 @@ def _here() -> tuple[int, int]:
 def _current_task() -> Any:
     """The asyncio task running now in this thread, or None (asyncio not in use)."""
     asyncio = sys.modules.get("asyncio")
-    try:
-        return asyncio.current_task() if asyncio is not None else None
-    except RuntimeError:  # no event loop running in this thread
-        return None
+    loop = asyncio._get_running_loop() if asyncio is not None else None  # None, not an error, without one
+    return asyncio.current_task(loop) if loop is not None else None
 
 
 def describe_recorder(recorder: Any) -> str:
