@@ -237,13 +237,17 @@ class _CellTraceback:
 
 
 def _formatted(exc: BaseException) -> tuple[Any, ...]:
-    """A pickled or copied exception's ``_render_traceback_``: ``traceback.format_exception`` of it."""
+    """A pickled or copied exception's ``_render_traceback_``: ``traceback.format_exception`` of
+    it, reading the traceback it has when rendered (raised again, it has a new one)."""
+    if sys.version_info >= (3, 10):
+        return functools.partial, (traceback.format_exception, exc)
     return functools.partial, (traceback.format_exception, type(exc), exc, None)
 
 
 def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:
-    if hasattr(exc, "_render_traceback_") or not hasattr(shell, "InteractiveTB"):
-        return  # the exception renders itself (ipyparallel's RemoteError, for one)
+    own = getattr(exc, "_render_traceback_", None)
+    if (own is not None and not isinstance(own, _CellTraceback)) or not hasattr(shell, "InteractiveTB"):
+        return  # the exception renders itself (ipyparallel's RemoteError, for one); ours is made anew
     # set past the exception's own __setattr__, which may refuse attributes; one without an
     # instance __dict__ keeps its own traceback
     with contextlib.suppress(Exception):

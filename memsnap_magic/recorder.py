@@ -59,18 +59,13 @@ def mark(step: int) -> None:
 
 
 def _step_number(step: Any) -> int:
-    if type(step) is not bool:  # True is not step 1
+    if type(step) is not bool and "bool" not in str(getattr(step, "dtype", "")):  # True is not step 1
         with contextlib.suppress(TypeError):
             return operator.index(step)  # ints and numpy's; never a float truncated
     from .schema import excerpt
 
     what = f"{type(step).__name__} {excerpt(step)}"
     raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
-
-
-def _here() -> tuple[int, int]:
-    """This thread and asyncio task, as a key."""
-    return threading.get_ident(), id(_current_task())
 
 
 def _current_task() -> Any:
@@ -166,8 +161,9 @@ class Recorder:
         self._thread_obj: threading.Thread | None = None
         self._task: Any = None  # and the asyncio task, if one did
         # `with` blocks of this recorder entered while it records (its own nested, another thread's or
-        # task's): each runs unrecorded, and its exit must not end the recording (by thread and task)
-        self._unrecorded: dict[tuple[int, int], int] = {}
+        # task's, a generator's): each runs unrecorded, and its exit must not end the recording. By
+        # the frame running the `with`, where its exit runs too, whatever thread or task that is then
+        self._unrecorded: dict[int, int] = {}
         self._told_thread = False  # mark() from another thread was refused once, with a warning
 
     def start(self) -> Recorder:
@@ -178,13 +174,14 @@ class Recorder:
         """
         from .writer import WRITER
 
-        if self.where is None or self._where_ours:  # a recorder used again: its new block's line
-            self.where, self._where_ours = caller_outside(__file__), True
+        # this block's line (a recorder used again: its new block's), unless the magic pinned its own
+        ours = self.where is None or self._where_ours
+        here = caller_outside(__file__) if ours else self.where
         WRITER.report()  # a script's earlier block that could not be written says so now, at its line
-        with _STARTING, blamed_on(self.where):  # check and claim the device as one step
-            return self._start()
+        with _STARTING, blamed_on(here):  # check and claim the device as one step
+            return self._start(here, ours)
 
-    def _start(self) -> Recorder:
+    def _start(self, here: tuple[str, int] | None, ours: bool) -> Recorder:
         from . import backends
 
         o = self.options
@@ -217,6 +214,8 @@ class Recorder:
                 stacklevel=2,
             )
             return self
+        # it records: its warnings from now on point at its own block
+        self.where, self._where_ours = here, ours
         # every check before anything changes: a refused block leaves a clear=false history running
         self._rank = resolve_rank(o.rank)
         training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
@@ -237,6 +236,8 @@ class Recorder:
             backend.end(keep=False)
             STATE.chain_steps.pop(backend.device, None)
         self._begun = set()  # a recorder used again: its marks start over
+        self._told_thread = False
+        backend.owner = self
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
@@ -272,7 +273,11 @@ class Recorder:
 
     def _stop(self, error: BaseException | None = None) -> None:
         started, backend = self in STATE.active, self._backend
+        mine = backend is not None and backend.owner is self  # never another's recording (after %memsnap off)
         if started and backend is not None and self._elsewhere():
+            if self._orphaned():
+                self.abandon()
+                return
             warn(
                 f"memsnap: {describe_recorder(self)} on {backend.device} was started in another thread, and "
                 f"{backend.label} stops only there: call stop() in that thread; recording goes on",
@@ -297,17 +302,17 @@ class Recorder:
                 stacklevel=2,
             )
         finally:
-            if not keep and self._backend is not None and self._backend.recording:
-                self._quietly(self._backend.end, keep=False)
+            if not keep and mine and backend.recording:
+                self._quietly(backend.end, keep=False)
             watch, self._watch = self._watch, None  # a Ctrl-C in mark() left one unfinished: its hook comes off
             if watch is not None:
                 self._quietly(watch.detach)
-            if self._backend is not None:  # which run a history left on goes on with
-                if self._backend.recording:
-                    STATE.chains[self._backend.device] = self.options.run or ""
+            if mine:  # which run a history left on goes on with
+                if backend.recording:
+                    STATE.chains[backend.device] = self.options.run or ""
                 else:
-                    STATE.chains.pop(self._backend.device, None)
-                    STATE.chain_steps.pop(self._backend.device, None)
+                    STATE.chains.pop(backend.device, None)
+                    STATE.chain_steps.pop(backend.device, None)
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""
@@ -346,17 +351,19 @@ class Recorder:
         owns it."""
         counted = self in STATE.active
         if counted:
-            key = _here()
+            key = id(sys._getframe(2))  # the frame running the `with` (past __enter__ or __aenter__)
             self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
         try:
             return self.start()
         except BaseException:  # no block, no exit to count
             if counted:
-                self._exit_unrecorded()
+                self._exit_unrecorded(key)
             raise
 
-    def _exit_unrecorded(self) -> bool:
-        key = _here()
+    def _exit_unrecorded(self, key: int | None = None) -> bool:
+        """Whether the block ending now (called from __exit__ or __aexit__) ran unrecorded."""
+        if key is None:
+            key = id(sys._getframe(2))
         count = self._unrecorded.get(key, 0)
         if not count:
             return False
@@ -403,16 +410,32 @@ class Recorder:
                 self._watch = None
 
     def _elsewhere(self) -> bool:
-        """Whether this thread is not the one recording, on a backend bound to that thread while
-        it lives (once it has ended, any thread stops it)."""
-        backend, owner = self._backend, self._thread_obj
-        return (
-            backend is not None
-            and backend.thread_bound
-            and threading.get_ident() != self._thread
-            and owner is not None
-            and owner.is_alive()
-        )
+        """Whether this thread is not the one recording, on a backend bound to that thread."""
+        backend = self._backend
+        return backend is not None and backend.thread_bound and threading.get_ident() != self._thread
+
+    def _orphaned(self) -> bool:
+        """Whether the thread that started this recording has ended (``_elsewhere`` holds then)."""
+        return self._thread_obj is not None and not self._thread_obj.is_alive()
+
+    def abandon(self) -> None:
+        """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
+        backend = self._backend
+        if self in STATE.active:
+            STATE.active.remove(self)
+        step, self._current = self._current, None
+        if backend is not None and backend.owner is self and backend.recording:
+            warn(
+                f"memsnap: the thread that started {describe_recorder(self) if step is None else f'step {step}'} "
+                f"on {backend.device} has ended, and {backend.label}'s session with it: nothing was written",
+                where=self.where,
+            )
+            self._quietly(backend.abandon)
+            STATE.chains.pop(backend.device, None)
+            STATE.chain_steps.pop(backend.device, None)
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            self._quietly(watch.detach)
 
     def _names(self) -> dict[str, Any]:
         """The namespace, with the locals of the function that made this recorder while it runs
@@ -515,7 +538,7 @@ class Recorder:
         backend, o = self._backend, self.options
         assert backend is not None
         watch, self._watch = self._watch, None
-        if not backend.recording:  # %memsnap off or %unload_ext ran inside the block
+        if not backend.recording or backend.owner is not self:  # %memsnap off or %unload_ext ran inside the block
             if watch is not None:
                 self._quietly(watch.detach)
             warn(

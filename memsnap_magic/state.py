@@ -74,6 +74,15 @@ class State:
         """Stop every recording we started; returns the devices that were recording."""
         stopped, failures = [], []
         for name, backend in self.backends.items():
+            owner = backend.owner
+            if backend.recording and owner is not None and owner._elsewhere():
+                if owner._orphaned():  # its thread has ended: so has the session, which is cleared
+                    owner.abandon()
+                    stopped.append(name)
+                    continue
+                # a live thread's CPU session: only that thread can stop it (its block's end will)
+                failures.append(f"{name}: recorded by another thread, which alone can stop it")
+                continue
             if backend.recording:
                 try:
                     backend.end(keep=False)
@@ -82,7 +91,8 @@ class State:
                     self.chain_steps.pop(name, None)
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
-        self.active.clear()  # their blocks' ends find nothing of theirs recording, and say so
+        # the blocks stopped: their ends find nothing of theirs recording, and say so
+        self.active[:] = [r for r in self.active if r._backend is not None and r._backend.recording]
         if failures:
             warn("memsnap: could not stop recording on " + "; ".join(failures))
         return stopped

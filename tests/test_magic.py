@@ -248,6 +248,17 @@ def test_an_exception_from_a_recorded_cell_can_be_pickled_and_copied(torch_ns, c
         assert type(other) is ZeroDivisionError and other.args == e.args
         text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(other._render_traceback_()))
         assert "ZeroDivisionError: division by zero" in text and "memsnap_magic" not in text
+    # a copy raised again gets a traceback of its own, and shows it
+    sh.user_ns["d"] = copy.deepcopy(e)
+    sh.run_cell("def f():\n    raise d\nf()", store_history=True)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "in f" in text and "raise d" in text and "ZeroDivisionError: division by zero" in text
+    # raised again in a later recorded cell, the first exception reads as that cell's
+    sh.user_ns["again"] = e
+    sh.run_cell("%%memsnap step=2\nraise again", store_history=True)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    first = text.index("----> 2 raise again")  # the body's frame first (the earlier cell's frames follow it)
+    assert "run_cell_magic" not in text[:first] and "interactiveshell" not in text
     # a shallow copy shares the attribute: raised later, it shows its own traceback, not the first's
     sh.user_ns["c"] = copy.copy(e)
     sh.user_ns["c"].args = ("the copy",)

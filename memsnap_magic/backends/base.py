@@ -37,6 +37,7 @@ class Backend(ABC):
     recording: bool
     incomplete: str | None = None  # set by snapshot(): why it holds less than the interval did
     freed_unseen = 0  # set by snapshot(): bytes live at the start freed at a time no event gives
+    owner: Any = None  # the recorder whose interval this is (set by it): only it ends or dumps it
 
     # The device family, for resolving ``device=``: ``kind`` is the registry's key.
     @classmethod
@@ -74,6 +75,11 @@ class Backend(ABC):
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:
         """The snapshot dict of everything recorded so far; recording goes on."""
+
+    def abandon(self) -> None:
+        """Give up the interval a thread that has ended was recording (``thread_bound``
+        backends: only that thread could have stopped it); nothing is dumped."""
+        self.end(keep=False)
 
     @abstractmethod
     def end(self, *, keep: bool) -> None:

@@ -45,7 +45,8 @@ TESTED_TORCH = ("2.13",)
 @contextlib.contextmanager
 def _stderr_caught() -> Iterator[Callable[[], list[bytes]]]:
     """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out.
-    Left alone where the process has no stderr (descriptor 2 closed, or another file's)."""
+    Left alone where the process has no stderr (``sys.stderr`` None: descriptor 2 was closed at
+    start, and may be another file's now) or descriptor 2 is closed."""
     lines: list[bytes] = []
     try:
         if sys.stderr is None:
@@ -186,6 +187,18 @@ class _Profiler:
             if kept:
                 with contextlib.suppress(OSError):
                     os.write(2, b"".join(kept))
+
+    def clear_lost(self) -> None:
+        """Clear what a session left by a thread that ended (its Python tracer, callbacks):
+        one session opened and closed here. PyTorch says what it finds on stderr: kept out."""
+        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+
+        self.running = False
+        config = self._configs[True]
+        with contextlib.suppress(Exception), _stderr_caught():
+            _prepare_profiler(config, self._activities)
+            _enable_profiler(config, self._activities, self._scopes)
+            _disable_profiler()
 
     def release(self) -> None:
         """Free what the stopped sessions reported off the cell's critical path: the background
@@ -497,6 +510,16 @@ class CpuBackend(Backend):
             self._dying, self._died = [], {}
         if not self.recording:
             self._profiler.release()
+
+    def abandon(self) -> None:
+        # the dead thread's profiler session can be neither stopped nor read from here; a session
+        # opened and closed in this thread clears what it left (left as it is, it crashed the process at exit)
+        self._profiler.clear_lost()
+        self._open = self._gap = False
+        self._history = History(0, {})
+        self._live_start, self._namespace = {}, None
+        self._dying, self._died = [], {}
+        self._also = None
 
     def _close_gap(self) -> None:
         """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave."""
