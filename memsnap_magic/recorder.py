@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
@@ -54,8 +55,17 @@ def mark(step: int) -> None:
     anything else is a ``TypeError`` in or out of a block, so a loop fails the same either way.
     """
     number = _step_number(step)
-    if STATE.active and STATE.active[-1].steps is not None:
-        STATE.active[-1].mark_step(number)
+    recorder = _MARKED.get()  # the block this code runs in: a task inherits it from where it was made
+    if recorder is None or recorder not in STATE.active:
+        recorder = STATE.active[-1] if STATE.active else None
+        task = recorder._task if recorder is not None else None
+        if task is not None and not task.done() and task is not _current_task():
+            return  # another asyncio task's block (a sibling, made before it began): not this code's
+    if recorder is not None and recorder.steps is not None:
+        recorder.mark_step(number)
+
+
+_MARKED: ContextVar[Recorder | None] = ContextVar("memsnap_recording_block", default=None)
 
 
 def _step_number(step: Any) -> int:
@@ -260,6 +270,7 @@ class Recorder:
         self._backend = backend
         self._thread, self._thread_obj, self._task = threading.get_ident(), threading.current_thread(), _current_task()
         STATE.active.append(self)
+        _MARKED.set(self)
         return self
 
     def stop(self, error: BaseException | None = None) -> None:
@@ -287,6 +298,8 @@ class Recorder:
         if started:
             STATE.active.remove(self)
             self._task = None
+        if _MARKED.get() is self:
+            _MARKED.set(None)
         if started and self.steps is not None and not set(self.steps) <= self._begun:
             self._say_unmarked()
         keep, step = not self.options.clear, self._current

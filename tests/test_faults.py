@@ -1001,3 +1001,43 @@ def test_warnings_of_a_recording_block_point_at_its_line_not_a_nested_ones(tmp_p
     assert "s.py:9: RuntimeWarning" in never
     (inner,) = [line for line in proc.stderr.splitlines() if "already recorded by an enclosing block" in line]
     assert "s.py:7: RuntimeWarning" in inner
+
+
+def test_marks_of_a_sibling_asyncio_task_leave_anothers_steps_alone(cpu):
+    """Two loops gathered on one recorder: the second one's mark() ended the first's steps
+    (its files came out as steps 1, 1, 2, 3, 2, 3). Tasks made inside the block still mark."""
+    import asyncio
+
+    import torch
+
+    from memsnap_magic import Recorder, mark
+
+    r = Recorder(steps=[1, 2, 3], device="cpu", wait=True, namespace={})
+
+    async def loop(steps: list[int]) -> None:
+        async with r:
+            for s in steps:
+                mark(s)
+                torch.ones(100 * s)
+                await asyncio.sleep(0.01)
+
+    async def both() -> None:
+        await asyncio.gather(loop([1, 2, 3]), loop([2, 3]))
+
+    async def children() -> None:
+        async with Recorder(steps=[1, 2], device="cpu", wait=True, run="child", namespace={}):
+            for s in (1, 2):
+
+                async def step(s: int = s) -> None:
+                    mark(s)
+                    torch.ones(10)
+
+                await asyncio.create_task(step())
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        asyncio.run(both())
+        asyncio.run(children())
+    assert [iv.step for iv in r.intervals] == [1, 2, 3]  # each step once, ended by its own loop
+    assert [(iv.run, iv.step) for iv in session().intervals] == [("", 1), ("", 2), ("", 3), ("child", 1), ("child", 2)]
+    assert len({iv.path for iv in session().intervals}) == 5
