@@ -287,7 +287,7 @@ class Recorder:
         mine = backend is not None and backend.owner is self  # never another's recording (after %memsnap off)
         if started and backend is not None and self._elsewhere():
             if self._orphaned():
-                self.abandon()
+                self._abandon()
                 return
             warn(
                 f"memsnap: {describe_recorder(self)} on {backend.device} was started in another thread, and "
@@ -431,7 +431,7 @@ class Recorder:
         """Whether the thread that started this recording has ended (``_elsewhere`` holds then)."""
         return self._thread_obj is not None and not self._thread_obj.is_alive()
 
-    def abandon(self) -> None:
+    def _abandon(self) -> None:
         """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
         backend = self._backend
         if self in STATE.active:

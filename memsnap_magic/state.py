@@ -77,7 +77,7 @@ class State:
             owner = backend.owner
             if backend.recording and owner is not None and owner._elsewhere():
                 if owner._orphaned():  # its thread has ended: so has the session, which is cleared
-                    owner.abandon()
+                    owner._abandon()
                     stopped.append(name)
                     continue
                 # a live thread's CPU session: only that thread can stop it (its block's end will)
