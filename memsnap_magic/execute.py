@@ -202,9 +202,15 @@ class _CellTraceback:
 
     def __call__(self) -> list[str]:
         value = self.owner
-        shown = getattr(sys, "last_value", value)  # what IPython renders now (it stores it first)
-        if shown is not value and isinstance(shown, BaseException):  # a copy sharing our attribute
-            return self.shell.InteractiveTB.structured_traceback(type(shown), shown, shown.__traceback__)
+        # a shallow copy shares this attribute: the one being shown is the exception IPython
+        # handles now (or stored last, by versions that store it first), if it shares it
+        for shown in (sys.exc_info()[1], getattr(sys, "last_value", None)):
+            if (
+                shown is not None
+                and shown is not value
+                and getattr(shown, "__dict__", {}).get("_render_traceback_") is self
+            ):
+                return self.shell.InteractiveTB.structured_traceback(type(shown), shown, shown.__traceback__)
         if self.shown is None:
             self.shown = value.__traceback__
         elif value.__traceback__ is not self.shown:
