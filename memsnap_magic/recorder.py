@@ -167,8 +167,7 @@ class Recorder:
         self.where: tuple[str, int] | None = None  # what our warnings point at: the with line, the %%memsnap line
         self._began_us = 0  # when the step being recorded began (µs since the epoch)
         self._where_ours = False  # where was found by start() (the magic pins its own)
-        self._thread = 0  # the thread that started it
-        self._thread_obj: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the thread that started it
         self._task: Any = None  # and the asyncio task, if one did
         # `with` blocks of this recorder entered while it records (its own nested, another thread's or
         # task's, a generator's): each runs unrecorded, and its exit must not end the recording. By
@@ -213,7 +212,7 @@ class Recorder:
             task = _current_task()
             where = (
                 "a block in another thread"
-                if outer._thread != threading.get_ident()
+                if outer._thread is not threading.current_thread()
                 else "a block in another asyncio task"
                 if outer._task is not None and not outer._task.done() and task is not None and outer._task is not task
                 else "an enclosing block"
@@ -268,7 +267,7 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
-        self._thread, self._thread_obj, self._task = threading.get_ident(), threading.current_thread(), _current_task()
+        self._thread, self._task = threading.current_thread(), _current_task()
         STATE.active.append(self)
         _MARKED.set(self)
         return self
@@ -425,27 +424,27 @@ class Recorder:
     def _elsewhere(self) -> bool:
         """Whether this thread is not the one recording, on a backend bound to that thread."""
         backend = self._backend
-        return backend is not None and backend.thread_bound and threading.get_ident() != self._thread
+        return backend is not None and backend.thread_bound and threading.current_thread() is not self._thread
 
     def _orphaned(self) -> bool:
         """Whether the thread that started this recording has ended (``_elsewhere`` holds then)."""
-        return self._thread_obj is not None and not self._thread_obj.is_alive()
+        return self._thread is not None and not self._thread.is_alive()
 
     def _abandon(self) -> None:
         """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
         backend = self._backend
         if self in STATE.active:
             STATE.active.remove(self)
-        step, self._current = self._current, None
         if backend is not None and backend.owner is self and backend.recording:
             warn(
-                f"memsnap: the thread that started {describe_recorder(self) if step is None else f'step {step}'} "
-                f"on {backend.device} has ended, and {backend.label}'s session with it: nothing was written",
+                f"memsnap: the thread that started {describe_recorder(self)} on {backend.device} has ended, "
+                f"and {backend.label}'s session with it: nothing was written",
                 where=self.where,
             )
             self._quietly(backend.abandon)
             STATE.chains.pop(backend.device, None)
             STATE.chain_steps.pop(backend.device, None)
+        self._current = None
         watch, self._watch = self._watch, None
         if watch is not None:
             self._quietly(watch.detach)
