@@ -227,10 +227,10 @@ class _CellTraceback:
     def __reduce__(self) -> tuple[Any, ...]:
         # the exception pickled (kept, sent to another process) carries no shell, nothing of
         # ours to import: there it renders as the standard library formats it
-        return _formatted(self.owner)
+        return _formatted(self.owner).__reduce__()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> functools.partial[list[str]]:
-        return functools.partial(*_formatted(memo.get(id(self.owner), self.owner))[1])
+        return _formatted(memo.get(id(self.owner), self.owner))
 
     def _first(self, found: Callable[[Any], bool]) -> Any:
         """The traceback from the first frame whose code is ``found``: the body's own code
@@ -242,12 +242,12 @@ class _CellTraceback:
         return tb
 
 
-def _formatted(exc: BaseException) -> tuple[Any, ...]:
+def _formatted(exc: BaseException) -> functools.partial[list[str]]:
     """A pickled or copied exception's ``_render_traceback_``: ``traceback.format_exception`` of
     it, reading the traceback it has when rendered (raised again, it has a new one)."""
     if sys.version_info >= (3, 10):
-        return functools.partial, (traceback.format_exception, exc)
-    return functools.partial, (traceback.format_exception, type(exc), exc, None)
+        return functools.partial(traceback.format_exception, exc)
+    return functools.partial(traceback.format_exception, type(exc), exc, None)
 
 
 def _render_from_cell(shell: Any, exc: BaseException, filename: str, codes: tuple[Any, ...] = ()) -> None:

@@ -148,8 +148,8 @@ class _Profiler:
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
         self._rss_at_start = _resident_bytes()
-        self._quietly(_prepare_profiler, config, self._activities)
-        self._quietly(_enable_profiler, config, self._activities, self._scopes)
+        self._without_usdt(_prepare_profiler, config, self._activities)
+        self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
         self.running = True
 
     def stop(self) -> list[Any] | None:
@@ -162,7 +162,7 @@ class _Profiler:
         if not _profiler_enabled() or public_profiler_running():
             return None
         hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
-        result = self._quietly(_disable_profiler)
+        result = self._without_usdt(_disable_profiler)
         if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
             sys.setprofile(hook)
         with no_gc():  # the tree is an object per event: collections while building it walk them all
@@ -173,7 +173,7 @@ class _Profiler:
         self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
 
-    def _quietly(self, call: Callable[..., Any], *args: Any) -> Any:
+    def _without_usdt(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``. Where kineto was started before us, without our quiet log level, its
         USDT lines are kept out of the user's output; what else it says is passed on."""
         if not self._chatty:
