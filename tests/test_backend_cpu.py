@@ -145,7 +145,8 @@ def test_live_storages_walks_modules_optimizers_containers_and_objects():
         "opt": opt,
         "h": Holder(),
         "v": view_base[10:20],
-        "_hidden": torch.zeros(7),
+        "_scratch": torch.zeros(7),  # a user's name all the same
+        "__dunder__": torch.zeros(9),  # the interpreter's names are not walked
         "meta": torch.empty(3, device="meta"),
         "n": 3,
     }
@@ -160,11 +161,12 @@ def test_live_storages_walks_modules_optimizers_containers_and_objects():
             *[v for st in opt.state.values() for v in st.values() if v.dim()],
             ns["h"].kept[0],
             view_base,
+            ns["_scratch"],
         ]
     }
     assert expected <= set(found)
     assert found[view_base.untyped_storage().data_ptr()] == 400  # the whole storage, not the view
-    assert ns["_hidden"].untyped_storage().data_ptr() not in found
+    assert ns["__dunder__"].untyped_storage().data_ptr() not in found
 
 
 # --- reading the profiler's events by columns gives the snapshot reading them one by one gave ---

@@ -113,12 +113,34 @@ def test_a_modules_plain_tensor_attributes_are_counted_and_its_own_methods_never
     assert cpu.user_ns["calls"] == cpu.user_ns["seen"] == []
 
 
+def test_private_names_and_what_a_module_keeps_are_counted(cpu):
+    # a name starting with _, a module's _private tensor, and a list a module keeps (a KV cache)
+    run(cpu, f"_scratch = torch.empty({MiB}, dtype=torch.uint8)")
+    run(
+        cpu,
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        f"        self._mask = torch.empty({2 * MiB}, dtype=torch.uint8)\n"
+        f"        self.cache = [torch.empty({4 * MiB}, dtype=torch.uint8)]\n"
+        "        self.meta = {'k': {'v': torch.empty(" + str(MiB) + ", dtype=torch.uint8)}}\n"
+        "net = Net()",
+    )
+    run(cpu, "%%memsnap step=1\npass")
+    run(cpu, "%%memsnap step=2\ndel _scratch\nnet._mask = None\nnet.cache.clear()\nnet.meta.clear()")
+    one, two = session().intervals
+    assert one.baseline_allocated == 8 * MiB
+    assert two.baseline_allocated == one.end_allocated and not two.moved
+    assert two.kept == -8 * MiB and two.peak_allocated == two.baseline_allocated
+
+
 def test_a_block_at_an_address_a_watched_one_had_stays_counted(cpu):
     # the allocator hands a freed block's address to the next block of its size: the new one,
-    # which no walk reaches (names starting with _ are not walked), must not be taken for the old
+    # which no walk reaches, must not be taken for the old
     for n in range(4):
         run(cpu, f"%%memsnap step={3 * n + 1}\na = torch.empty(2**14)")  # 64 KiB, watched at the end
-        run(cpu, f"%%memsnap step={3 * n + 2}\ndel a\n_b{n} = torch.empty(2**14)")  # at a's address, mostly
+        # at a's address, mostly; a dunder name is the interpreter's: not walked
+        run(cpu, f"%%memsnap step={3 * n + 2}\ndel a\n__b{n}__ = torch.empty(2**14)")
         run(cpu, f"%%memsnap step={3 * n + 3}\nc = 1")
     ivs = session().intervals
     for before, after in zip(ivs, ivs[1:]):

@@ -143,9 +143,10 @@ def _walk(
                     # past torch's own ~20 attributes, reading one is charged, from what no waiting name needs
                     extra = min(max(len(attrs) - _MODULE_ATTRS, 0), max(left[0] - len(queue), 0))
                     left[0] -= extra
-                    members, hooks = _module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra)
+                    members, hooks, held = _module_members(attrs, torch, _MODULE_ATTRS + extra)
                     later(members, 0)
                     later(hooks, depth)  # a hook of yours is looked into as a name's function is
+                    later(held, depth - 1)  # a list, dict or object of yours kept on it (a KV cache)
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
                 if issubclass(type(state), dict):
@@ -178,7 +179,8 @@ def _walk(
 
     try:
         if issubclass(type(roots), dict):
-            later((v for k, v in dict.items(roots) if not (issubclass(type(k), str) and str.startswith(k, "_"))), depth)
+            # IPython's _i<N> (each cell's text) are strs: passed over here, where they cost least
+            later((v for k, v in dict.items(roots) if type(v) is not str and not _dunder(k)), depth)
         else:
             later((roots,), depth)
         while queue and left[0] > 0:
@@ -206,7 +208,7 @@ class _TensorFields:
     ``__getattribute__`` of the same name is not run."""
 
     def __init__(self, torch: Any) -> None:
-        base = torch._C.TensorBase
+        base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # renamed in torch 2.2
         for name in ("device", "layout", "is_nested", "is_leaf", "retains_grad", "grad", "grad_fn"):
             setattr(self, name, base.__dict__[name].__get__)
         self.storage = base.untyped_storage
@@ -255,27 +257,46 @@ def instance_dict(obj: Any) -> dict[str, Any] | None:
     return attrs if type(attrs) is dict else None
 
 
-def _module_members(attrs: dict[str, Any], tensor: type, scan: int) -> tuple[Iterable[Any], Iterable[Any]]:
+def _module_members(attrs: dict[str, Any], torch: Any, scan: int) -> tuple[Iterable[Any], ...]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
-    (``self.pe = pe``) among its first ``scan`` attributes, from its attribute dict (an
-    overridden ``parameters()`` is not run); and its hooks' functions (``register_forward_hook``).
-    Its other attributes (ints, a config) are passed over, so a model of thousands of modules
-    spends the walk's budget on its modules and tensors."""
+    (``self.pe = pe``, ``self._mask``) among its first ``scan`` attributes, from its attribute
+    dict (an overridden ``parameters()`` is not run); its hooks' functions
+    (``register_forward_hook``); and what else its class keeps on it (a list of cached tensors,
+    an object). torch's own bookkeeping (``training``, the hook dicts left empty) is passed
+    over, so a model of thousands of modules spends the walk's budget on what can hold memory."""
     owned: list[Iterable[Any]] = []
-    public: list[Any] = []
+    plain: list[Any] = []
     hooks: list[Iterable[Any]] = []
+    held: list[Any] = []
+    tensor, own = torch.Tensor, _torch_module_attrs(torch)
     # one pass for torch's dicts and the tensors (module_dicts finds the dicts alone, for
     # labelling; calling it here too read each module twice: +9 µs a walk on a small MLP)
     for name, value in islice(dict.items(attrs), scan):
         if type(name) is not str:
             continue
-        held = _HELD_IN.get(name)  # str keys compared as str: a colliding key's __eq__ is not run
-        if held is not None:
+        role = _HELD_IN.get(name)  # str keys compared as str: a colliding key's __eq__ is not run
+        if role is not None:
             if issubclass(type(value), dict) and value:
-                (hooks if held else owned).append(dict.values(value))
-        elif issubclass(type(value), tensor) and not name.startswith("_"):
-            public.append(value)
-    return chain(*owned, public), chain(*hooks)
+                (hooks if role else owned).append(dict.values(value))
+        elif issubclass(type(value), tensor):
+            plain.append(value)
+        elif name not in own and not issubclass(type(value), _SCALARS):
+            held.append(value)
+    return chain(*owned, plain), chain(*hooks), held
+
+
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+@functools.cache
+def _torch_module_attrs(torch: Any) -> frozenset[str]:
+    """The attributes ``torch.nn.Module.__init__`` sets on every module: torch's, not the model's."""
+    return frozenset(name for name in vars(torch.nn.Module()) if type(name) is str)
+
+
+def _dunder(name: Any) -> bool:
+    """``__builtins__``, ``__name__``: the interpreter's names, not the user's."""
+    return issubclass(type(name), str) and str.startswith(name, "__") and str.endswith(name, "__")
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
