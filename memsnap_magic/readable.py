@@ -18,6 +18,7 @@ from typing import Any
 _CONTROLS = dict.fromkeys(
     [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)], "?"
 )
+CELL_NAME = 16  # characters of a kernel's cell file name shown (ipykernel's are 9-10 digits)
 TEXT_LIMIT = 1024  # characters of a frame's filename or name read; longer ones are cut
 FRAMES_LIMIT = 128  # frames of one stack read: the innermost and the outermost halves
 
@@ -99,7 +100,11 @@ def _where(frame: dict[str, Any]) -> str:
         return f"cell In[{cell.group(1)}]"
     if _is_cell_frame(frame):
         number = _cell_numbers.get(name)
-        return f"cell In[{number}]" if type(number) is int else "notebook cell"
+        if type(number) is int:
+            return f"cell In[{number}]"
+        # another process's cell: its file's name (a hash of its code) keeps cells apart
+        stem = re.split(r"[/\\]", name)[-1].removesuffix(".py")
+        return f"notebook cell {stem[:CELL_NAME]}" if stem else "notebook cell"
     return _SITE.sub("", name)
 
 

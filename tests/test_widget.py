@@ -219,7 +219,9 @@ def test_frame_lines_drop_the_magic_and_what_runs_it():
     assert frame_lines(REAL_STACK, limit=50)[-1] == "forward (torch/nn/modules/transformer.py:954)"
     # a Jupyter kernel names cells by a temporary file; a script's own files keep their path
     kernel = [frame("f", "/tmp/ipykernel_4242/3196435227.py", 3), frame("main", "/home/u/memsnap_magic/train.py", 9)]
-    assert frame_lines(kernel) == ["f (notebook cell:3)", "main (/home/u/memsnap_magic/train.py:9)"]
+    assert frame_lines(kernel) == ["f (notebook cell 3196435227:3)", "main (/home/u/memsnap_magic/train.py:9)"]
+    other = [frame("f", "/tmp/ipykernel_4242/77.py", 3)]  # another cell, its code hashed apart
+    assert frame_lines(other) == ["f (notebook cell 77:3)"]
 
 
 def test_the_step_a_user_picked_stays_while_new_steps_arrive(session):
