@@ -873,6 +873,8 @@ def test_a_recording_whose_thread_has_ended_is_given_up_cleanly(tmp_path, ending
         from memsnap_magic.state import STATE
         r = Recorder(step=1, device="cpu", out="out", wait=True)
         t = threading.Thread(target=r.start); t.start(); t.join()
+        # stopped as the thread ended: PyTorch's tracer no longer hooks this thread's calls
+        print("after its thread", sys.getprofile(), STATE.cpu_profiler.running)
         {ending}
         if {ending!r} != "pass":
             print("written", len(session().intervals), STATE.recording_devices(), STATE.active, sys.getprofile())
@@ -883,6 +885,7 @@ def test_a_recording_whose_thread_has_ended_is_given_up_cleanly(tmp_path, ending
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "after its thread None False" in proc.stdout, proc.stdout
     assert "the thread that started step 1 on cpu has ended" in proc.stderr
     assert "profile hook" not in proc.stderr, proc.stderr  # PyTorch may still warn of the lost session itself
     if ending != "pass":

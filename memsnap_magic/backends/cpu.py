@@ -115,6 +115,8 @@ class _Profiler:
         self._used_in: int | None = None  # the process that started a session (a fork's child cannot)
         # kineto started before us (a torch.profiler of the user's): it prints two USDT lines per session
         self._chatty = False
+        self._started_in: int | None = None  # the thread that started the session
+        self._ended_by_thread = False  # that thread stopped it as it ended (``_EndsWithThread``)
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -151,6 +153,9 @@ class _Profiler:
         self._without_usdt(_prepare_profiler, config, self._activities)
         self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
         self.running = True
+        self._started_in, self._ended_by_thread = threading.get_ident(), False
+        if threading.current_thread() is not threading.main_thread() and not hasattr(_THREAD, "end"):
+            _THREAD.end = _EndsWithThread(self)
 
     def stop(self) -> list[Any] | None:
         """Stop; the roots of the session's event tree (its allocation events, in time order). None
@@ -188,12 +193,27 @@ class _Profiler:
                 with contextlib.suppress(OSError):
                     os.write(2, b"".join(kept))
 
+    def end_with_thread(self) -> None:
+        """Stop the session this thread started, as the thread ends: no other thread can (its
+        results are dropped; the recording's owner says nothing was written)."""
+        from torch._C._autograd import _disable_profiler, _profiler_enabled
+
+        if not (self.running and self._started_in == threading.get_ident()):
+            return
+        self.running, self._ended_by_thread = False, True
+        if _profiler_enabled() and not public_profiler_running():
+            with contextlib.suppress(Exception), _stderr_caught():
+                _disable_profiler()
+
     def clear_lost(self) -> None:
         """Clear what a session left by a thread that ended (its Python tracer, callbacks):
-        one session opened and closed here. PyTorch says what it finds on stderr: kept out."""
+        one session opened and closed here. PyTorch says what it finds on stderr: kept out.
+        Nothing is left where the thread stopped its own session as it ended."""
         from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
 
         self.running = False
+        if self._ended_by_thread:
+            return
         config = self._configs[True]
         with contextlib.suppress(Exception), _stderr_caught():
             _prepare_profiler(config, self._activities)
@@ -236,6 +256,21 @@ class _Profiler:
 HEAVY_SESSION = 1 << 30  # bytes a session grew the process by (~500,000 events) past which its buffers go at once
 FREE_HERE = 64  # allocation events read below which freeing a session's results is cheaper than a hand-over
 YIELD_PAST, YIELD_S = 20_000, 0.05  # past these events the freeing waits this long before it starts
+
+
+_THREAD = threading.local()  # what a thread other than the main one holds until it ends
+
+
+class _EndsWithThread:
+    """Kept in a thread's local storage, which Python clears in that very thread as it ends: a
+    profiler session still on then is stopped there (left on, it crashed the process at exit)."""
+
+    def __init__(self, profiler: _Profiler) -> None:
+        self.profiler = profiler
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.profiler.end_with_thread()
 
 
 def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[[], None]:
