@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 import warnings
@@ -125,6 +126,25 @@ print("ok")
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("version", ["2.1.2+cu121", "2.4.1", "1.13.1"])
+def test_cpu_route_refuses_a_torch_older_than_it_runs_on(shell, monkeypatch, version):
+    import torch
+
+    from memsnap_magic.backends import BackendError
+    from memsnap_magic.backends.cpu import OLDEST_TORCH, CpuBackend
+
+    monkeypatch.setattr(torch, "__version__", version)
+    with pytest.raises(
+        BackendError, match=rf"torch {OLDEST_TORCH[0]}\.{OLDEST_TORCH[1]} or newer.*{re.escape(version)}"
+    ):
+        CpuBackend.for_device("cpu")
+    with pytest.raises(UsageError, match="or newer"):
+        shell.run_cell_magic("memsnap", "device=cpu", "x = 1")
+    assert "x" not in shell.user_ns  # the cell did not run
+    monkeypatch.setattr(torch, "__version__", "2.5.0+cpu")
+    CpuBackend.for_device("cpu")
 
 
 def test_cpu_route_warns_once_on_an_untested_torch(monkeypatch):

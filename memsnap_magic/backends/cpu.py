@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     from ..options import Options
 
 # torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
-TESTED_TORCH = ("2.13",)
+TESTED_TORCH = ("2.13", "2.14")
+# Below this it is refused: torch 2.1's profiler crashed the process under it (a segfault in
+# ending a session), and a storage's Python object there does not live as long as the storage.
+OLDEST_TORCH = (2, 5)
 
 
 @contextlib.contextmanager
@@ -323,6 +326,19 @@ def public_profiler_running() -> bool:
     return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
 
 
+def _refuse_if_too_old() -> None:
+    import torch
+
+    version = str(torch.__version__)
+    release = re.match(r"(\d+)\.(\d+)", version)
+    if release is not None and (int(release[1]), int(release[2])) < OLDEST_TORCH:
+        raise BackendError(
+            f"device=cpu: the CPU route needs torch {'.'.join(map(str, OLDEST_TORCH))} or newer "
+            f"(it reads PyTorch's private profiler API, which crashed older releases); this is torch "
+            f"{version}. Record on an accelerator, or upgrade torch."
+        )
+
+
 def _warn_if_untested() -> None:
     import torch
 
@@ -383,6 +399,7 @@ class CpuBackend(Backend):
 
     @classmethod
     def for_device(cls, device: str) -> CpuBackend:
+        _refuse_if_too_old()
         _warn_if_untested()
         return cls()
 
