@@ -150,6 +150,9 @@ def step_axis(ax: Any, labels: Sequence[str], ticks: int = 8) -> None:
     ax.set_xlabel("step")
 
 
+BAR_WIDTH = 0.8  # of a step's slot
+
+
 def bars(
     ax: Any,
     x: Sequence[float],
@@ -158,7 +161,7 @@ def bars(
     *,
     color: Any,
     label: str = "",
-    width: float = 0.8,
+    width: float = BAR_WIDTH,
     edgecolor: Any = "none",
     linewidth: float | None = None,
 ) -> PolyCollection:
@@ -167,7 +170,7 @@ def bars(
     they become one stepped area per colour, each step still its own flat top. ``edgecolor``
     with ``color="none"``: outlines only."""
     xs = np.asarray(x, dtype=float)
-    if len(xs) > DENSE and width >= 0.8 and np.all(np.diff(xs) == 1):
+    if len(xs) > DENSE and width >= BAR_WIDTH and np.all(np.diff(xs) == 1):
         return _stepped(ax, xs, height, bottom, color=color, label=label)
     x0 = xs - width / 2
     lo = np.broadcast_to(np.asarray(bottom, dtype=float), x0.shape)
@@ -223,12 +226,18 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
         return
     worst = max(range(len(values)), key=values.__getitem__)
     if values[worst] > 0:
+        # over an end bar the label runs inwards from the bar's outer edge: centred, it may cross the frame
+        x, ha = (worst, "center")
+        if len(values) > 1 and worst == len(values) - 1:
+            x, ha = worst + BAR_WIDTH / 2, "right"
+        elif len(values) > 1 and worst == 0:
+            x, ha = worst - BAR_WIDTH / 2, "left"
         ax.annotate(
             prefix + fmt_bytes(values[worst]),
-            (worst, values[worst]),
+            (x, values[worst]),
             textcoords="offset points",
             xytext=(0, 3),
-            ha="center",
+            ha=ha,
             fontsize=FONT,
             color=color,
         )

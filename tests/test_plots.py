@@ -262,10 +262,11 @@ def test_many_steps_draw_as_stepped_areas_holding_every_steps_height():
     assert len(next(c for c in few.axes[0].collections if c.get_label() == plots.THIS_STEP).get_paths()) == 10
 
 
+@pytest.mark.parametrize("at", [0, 2, 7])  # the first, a middle and the last of 8 steps
 @pytest.mark.parametrize("kept", [6 * MiB, 700 * MiB])
-def test_the_largest_kept_label_sits_inside_its_panel(kept):
+def test_the_largest_kept_label_sits_inside_its_panel(kept, at):
     steps = [interval(n, 18 * MiB, 30 * MiB, 18 * MiB) for n in range(1, 9)]
-    steps[2] = interval(3, 18 * MiB, 30 * MiB, 18 * MiB + kept)
+    steps[at] = interval(at + 1, 18 * MiB, 30 * MiB, 18 * MiB + kept)
     fig = plots.overview_figure(steps, view="both")
     plots.png(fig)
     renderer = fig.canvas.get_renderer()
@@ -273,3 +274,4 @@ def test_the_largest_kept_label_sits_inside_its_panel(kept):
     (label,) = [t for t in kept_ax.texts if t.get_text().startswith("+")]
     box, frame = label.get_window_extent(renderer), kept_ax.get_window_extent(renderer)
     assert frame.y0 <= box.y0 and box.y1 <= frame.y1 - 1, (box, frame)  # below the frame's top line
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)  # and within its sides
