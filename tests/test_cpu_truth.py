@@ -134,6 +134,37 @@ def test_private_names_and_what_a_module_keeps_are_counted(cpu):
     assert two.kept == -8 * MiB and two.peak_allocated == two.baseline_allocated
 
 
+@pytest.mark.parametrize("recorded_before", [False, True])
+def test_a_graph_made_while_nothing_recorded_is_in_the_start(cpu, recorded_before):
+    # the loss is computed in a plain cell (before any recorded one, or between two) and its
+    # backward recorded: exp() saved its 1 MiB result, which the backward frees
+    run(cpu, f"w = torch.ones({MiB // 4}, requires_grad=True)")  # 1 MiB leaf
+    if recorded_before:
+        run(cpu, "%%memsnap step=1\nx = torch.empty(4096, dtype=torch.uint8)")
+    run(cpu, "loss = w.exp().sum()")
+    run(cpu, "%%memsnap step=2\nloss.backward()")
+    two = session().intervals[-1]
+    named = 2 * MiB + 4 + (4096 if recorded_before else 0)  # w, the saved result, the loss (and x)
+    assert two.baseline_allocated == named and two.kept == 0  # the saved result went, w.grad came
+    if recorded_before:
+        assert two.moved == MiB + 4
+
+
+def test_back_to_back_cells_do_not_look_into_graphs_at_their_start(cpu, monkeypatch):
+    from memsnap_magic.backends import cpu as cpu_route
+
+    walks = []
+    real = cpu_route.live_storages
+    monkeypatch.setattr(cpu_route, "live_storages", lambda *a, **k: walks.append(k.get("graphs")) or real(*a, **k))
+    run(cpu, "import numpy as np\nm = torch.nn.Linear(64, 64); loss = m(torch.ones(2, 64)).sum(); loss.backward()")
+    run(cpu, "a = torch.from_numpy(np.ones(4096))")  # memory PyTorch did not allocate: never carried
+    run(cpu, "%%memsnap step=1\nk = 1")
+    assert True in walks  # something new since nothing was recorded: its graphs are looked into
+    walks.clear()
+    run(cpu, "%%memsnap step=2\nk = 2")
+    assert True not in walks  # nothing new: the walk is the cheap one
+
+
 def test_a_block_at_an_address_a_watched_one_had_stays_counted(cpu):
     # the allocator hands a freed block's address to the next block of its size: the new one,
     # which no walk reaches, must not be taken for the old

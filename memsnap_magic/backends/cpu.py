@@ -437,10 +437,13 @@ class CpuBackend(Backend):
         self._profiler.warm_up()
         self._namespace = namespace
         self.incomplete = None
-        found: dict[int, Any] = {}
         names = self._names()
-        walked = live_storages(names, storages=found) if names is not None else {}
-        walked = {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}
+        walked, found = self._walk_start(names, graphs=False)
+        if not walked.keys() <= self._carried.keys():
+            # something appeared since the last interval ended (a plain cell ran; or this is the
+            # first): an autograd graph it made holds what no name reaches, as a loss whose
+            # backward runs in this cell holds its forward's activations
+            walked, found = self._walk_start(names, graphs=True)
         # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
         hidden = {p: n for p, n in self._carried.items() if p not in walked}
         for ptr in self._watch.gone(hidden):
@@ -454,6 +457,13 @@ class CpuBackend(Backend):
         self._history = History(self._max_entries, self._live_start, frames=stacks, start_frames=frames)
         self._profiler.start(stacks=stacks)
         self._open = True
+
+    def _walk_start(self, names: dict[str, Any] | None, graphs: bool) -> tuple[dict[int, int], dict[int, Any]]:
+        """The storages the namespace holds (address -> bytes, address -> storage), memory
+        PyTorch did not allocate left out."""
+        found: dict[int, Any] = {}
+        walked = live_storages(names, storages=found, graphs=graphs) if names is not None else {}
+        return {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}, found
 
     def snapshot(self) -> dict[str, Any]:
         """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
