@@ -146,12 +146,17 @@ def cmd_summarize(args: argparse.Namespace) -> None:
     print(interval_table(s.intervals))
     if found:
         print("\nleaks: allocation sites that kept memory in leaking steps")
-        for key, leak in sorted(found, key=lambda gl: -gl[1].total):
+        rows = sorted(found, key=lambda gl: -gl[1].total)
+        when = [
+            step_list(leak.steps) + (f" since step {leak.since}" if leak.since is not None else "") for _, leak in rows
+        ]
+        width = max(16, *map(len, when))
+        for (key, leak), steps in zip(rows, when):
             each = sorted(leak.kept)[len(leak.kept) // 2]
             per = "per step" if len(leak.steps) > 1 else "        "
             where = _group_label(key, groups)
             print(
-                f"  {fmt_bytes(each, signed=True):>12} {per}  {step_list(leak.steps):<16} {clean(leak.site)}"
+                f"  {fmt_bytes(each, signed=True):>12} {per}  {steps:<{width}} {clean(leak.site)}"
                 + (f"  ({where})" if where else "")
             )
 

@@ -55,6 +55,7 @@ class SiteLeak:
     site: str
     steps: tuple[int, ...]
     kept: tuple[int, ...]  # what the site kept in each of them
+    since: int | None = None  # the step whose end the first one's growth counts from, if not the one before it
 
     @property
     def total(self) -> int:
@@ -156,6 +157,7 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
     ends = [_held(iv, HELD_SITES) for iv in own]
     before, after = _neighbours_in_time(intervals)
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
+    origin: dict[int, int] = {}  # position of a step -> position of the step its growth counts from
     for i, iv in enumerate(own):
         limit = _threshold(iv.baseline_allocated)
         if leaked(iv) <= limit:
@@ -163,6 +165,7 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         j, k = before.get(i), after.get(i)
         if j is not None and ends[i] is not None and ends[j] is not None:
             grown = _growth(ends[j], ends[i])
+            origin[i] = j
         elif ends[i] is not None and k is not None and ends[k] is not None:  # the first: its next confirms
             later = _growth(ends[i], ends[k])
             grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
@@ -172,11 +175,33 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
             if nbytes > limit:
                 held.setdefault(site, {})[i] = nbytes
     found = [
-        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run))
+        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(steps, origin, run[0]))
         for site, by_step in held.items()
-        for run in _consecutive(sorted(by_step))
+        for part in _consecutive(sorted(by_step))
+        # a step whose growth spans steps not shown starts a run of its own
+        for run in _split(part, [_since(steps, origin, j) is not None for j in part])
     ]
     return sorted(found, key=lambda leak: -leak.total)
+
+
+def _split(run: list[int], starts: list[bool]) -> list[list[int]]:
+    """``run`` cut before each position marked in ``starts`` (the first always starts one)."""
+    parts: list[list[int]] = []
+    for position, start in zip(run, starts):
+        if start or not parts:
+            parts.append([])
+        parts[-1].append(position)
+    return parts
+
+
+def _since(steps: Sequence[int], origin: dict[int, int], first: int) -> int | None:
+    """The step a site's growth in step ``steps[first]`` counts from, where steps between the
+    two were not recorded or not shown (steps 1 and 9 listed: grown somewhere in 2-9); None
+    where it is the step before it, or a later one recorded earlier (steps 1, 5, 3)."""
+    j = origin.get(first)
+    if j is None or type(steps[j]) is not int or type(steps[first]) is not int or steps[j] >= steps[first] - 1:
+        return None
+    return steps[j]
 
 
 def _neighbours_in_time(intervals: Sequence[Any]) -> tuple[dict[int, int], dict[int, int]]:

@@ -181,7 +181,8 @@ def headline(intervals: Sequence[Interval]) -> str:
         extra = [f"also {step_list(again)}"] if again else []
         extra += [f"{others} more site{'s' * (others > 1)}"] if others else []
         more = f" ({'; '.join(extra)})" if extra else ""
-        parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{more}")
+        since = f" since step {top.since}" if top.since is not None else ""
+        parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}")
     found = spikes(intervals, steps)
     if found:
         top = found[0]

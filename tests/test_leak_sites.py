@@ -8,7 +8,7 @@ import json
 import torch
 from test_widget import interval
 
-from memsnap_magic import Recorder, session
+from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.findings import leak_sites, leaks
 from memsnap_magic.text import headline
@@ -176,3 +176,23 @@ def test_steps_recorded_out_of_order_are_judged_against_the_step_that_ran_before
     assert f"leak site: {leak.site} kept +2.0 MiB per step over steps 3–5" in headline(ivs)
     assert main(["summarize", str(tmp_path)]) == 0
     assert "+2.0 MiB per step  steps 3–5" in capsys.readouterr().out
+
+
+def test_a_site_grown_over_steps_not_shown_says_since_when(tmp_path, capsys):
+    """Steps 1-9 recorded, each keeping 2 MiB at one site, and only steps 1 and 9 shown: step
+    9's site grew since step 1's end, not in step 9 alone."""
+    held.clear()
+    for step in range(1, 10):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace={}):
+            leaky_step(2)
+    shown = [iv for iv in session().intervals if iv.step in (1, 9)]
+    ninth, first = leak_sites(shown, [1, 9])  # largest first
+    assert (ninth.steps, ninth.since, ninth.kept) == ((9,), 1, (16 * MiB,))
+    assert (first.steps, first.since) == ((1,), None)
+    assert f"leak site: {ninth.site} kept +16.0 MiB in step 9 since step 1" in headline(shown)
+    (every,) = leak_sites(session().intervals, list(range(1, 10)))
+    assert every.steps == tuple(range(1, 10)) and every.since is None  # each grew in its own step
+    wait_for_writes()
+    files = [str(next((tmp_path / f"step{n}").glob("*.pickle"))) for n in (1, 9)]
+    assert main(["summarize", *files]) == 0
+    assert "step 9 since step 1" in capsys.readouterr().out
