@@ -88,8 +88,10 @@ def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
     from .notice import BACKGROUND, blamed_on
+    from .state import STATE
     from .writer import wait_for_writes
 
+    STATE.cells_begun += 1  # the CPU route asks whether a cell ran between two recorded ones
     with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
         wait_for_writes()
 

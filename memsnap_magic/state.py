@@ -55,6 +55,7 @@ class State:
         # device -> the steps the clear=false history recording there holds so far
         self.chain_steps: dict[str, ChainSteps] = {}
         self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
+        self.cells_begun = 0  # notebook cells run since %load_ext (counted before each runs)
 
     @property
     def session(self) -> Session:

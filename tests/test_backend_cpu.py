@@ -129,6 +129,21 @@ def test_the_walk_keeps_nothing_it_found_alive(make):
         gc.enable()
 
 
+def test_what_modules_keep_besides_tensors_cannot_spend_the_walk_before_their_parameters():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.ids = list(range(1000))  # 200 of these: four times the walk's budget
+            self.cache = [torch.zeros(3)]
+
+    model = torch.nn.Sequential(*[Block() for _ in range(200)])
+    found = live_storages({"model": model})
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert params <= set(found)
+    assert model[0].cache[0].untyped_storage().data_ptr() in found  # read once the parameters were
+
+
 def test_live_storages_walks_modules_optimizers_containers_and_objects():
     model = torch.nn.Linear(4, 3)
     model(torch.ones(2, 4)).sum().backward()

@@ -150,6 +150,38 @@ def test_a_graph_made_while_nothing_recorded_is_in_the_start(cpu, recorded_befor
         assert two.moved == MiB + 4
 
 
+def test_graphs_changed_by_plain_cells_are_followed(cpu):
+    n = MiB // 4  # 1 MiB of float32
+    # a plain cell grows a graph on a tensor the last step ended with (no new storage in sight)
+    run(cpu, "x = torch.randn(64, 1024); w = torch.randn(1024, 1024, requires_grad=True)")
+    run(cpu, "%%memsnap step=1\nacc = torch.zeros(1024)")
+    run(cpu, "acc += torch.relu(x @ w).mean(0)")  # saves relu's 256 KiB output
+    run(cpu, "%%memsnap step=2\nacc.sum().backward()")  # frees it, makes w.grad (4 MiB)
+    _, two = session().intervals
+    assert two.moved == 256 * 1024 and two.kept == 4 * MiB - 256 * 1024
+    # a backward run in a plain cell on a graph a recorded one made: the leaf's new gradient,
+    # reachable only through the graph, is in the next start
+    run(cpu, f"%%memsnap step=3\nloss = torch.ones({n}, requires_grad=True).exp().sum()")
+    run(cpu, "loss.backward()")
+    run(cpu, "%%memsnap step=4\ndel loss")  # frees the leaf, its gradient and the loss
+    three, four = session().intervals[2:]
+    assert four.baseline_allocated == three.end_allocated  # -1 MiB saved, +1 MiB gradient
+    assert four.kept == -(2 * MiB + 4) and not four.moved
+
+
+def test_a_graphs_leaf_gradient_is_counted_and_followed(cpu):
+    n = MiB // 4
+    run(cpu, f"loss = torch.ones({n}, requires_grad=True).exp().sum()\nloss.backward()")  # leaf + grad + 4 B
+    run(cpu, "%%memsnap step=1\ndel loss")
+    (one,) = session().intervals
+    assert one.baseline_allocated == 2 * MiB + 4 and one.kept == -(2 * MiB + 4)
+    run(cpu, f"%%memsnap step=2\nloss = torch.ones({n}, requires_grad=True).exp().sum()\nloss.backward()")
+    run(cpu, "loss = None")  # a plain cell frees all of it
+    run(cpu, "%%memsnap step=3\npass")
+    two, three = session().intervals[1:]
+    assert three.baseline_allocated == two.end_allocated - (2 * MiB + 4) and three.moved == -(2 * MiB + 4)
+
+
 def test_back_to_back_cells_do_not_look_into_graphs_at_their_start(cpu, monkeypatch):
     from memsnap_magic.backends import cpu as cpu_route
 

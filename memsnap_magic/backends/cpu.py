@@ -388,6 +388,7 @@ class CpuBackend(Backend):
         self._died: dict[int, int] = {}
         self._dying: list[Any] = []
         self._max_entries = DEFAULTS.max_entries
+        self._cells_seen = -1  # notebook cells begun when the last interval ended (STATE.cells_begun)
 
     @property
     def recording(self) -> bool:
@@ -439,10 +440,10 @@ class CpuBackend(Backend):
         self.incomplete = None
         names = self._names()
         walked, found = self._walk_start(names, graphs=False)
-        if not walked.keys() <= self._carried.keys():
-            # something appeared since the last interval ended (a plain cell ran; or this is the
-            # first): an autograd graph it made holds what no name reaches, as a loss whose
-            # backward runs in this cell holds its forward's activations
+        if STATE.cells_begun > self._cells_seen + 1 or not walked.keys() <= self._carried.keys():
+            # a notebook cell ran since the last interval ended, or something appeared (or this is
+            # the first): an autograd graph made meanwhile holds what no name reaches, as a loss
+            # whose backward runs in this cell holds its forward's activations
             walked, found = self._walk_start(names, graphs=True)
         # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
         hidden = {p: n for p, n in self._carried.items() if p not in walked}
@@ -479,6 +480,7 @@ class CpuBackend(Backend):
         found: dict[int, Any] = {}
         roots, self._also = self._roots(), None
         walked = live_storages(roots, storages=found) if roots is not None else {}
+        self._cells_seen = STATE.cells_begun
         # The start's blocks the walk does not reach now are live unless their storage is gone:
         # freed during the interval, unreported when allocated while nothing recorded.
         hidden = {p: n for p, n in self._live_start.items() if p not in walked}

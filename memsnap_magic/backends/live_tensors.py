@@ -85,6 +85,7 @@ def _walk(
     seen: set[int] = set()
     left = [limit]
     queue: deque[tuple[Any, int]] = deque()
+    kept_by_modules: list[tuple[list[Any], int]] = []  # read once the queue is done
     skip = (ModuleType, str, bytes, int, float, bool, type(None))
     # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
     # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
@@ -105,6 +106,12 @@ def _walk(
             if storages is not None:
                 storages[s.data_ptr()] = s
 
+    def add_with_grad(tensor: torch.Tensor) -> None:
+        add(tensor)
+        grad = field.grad(tensor) if field.is_leaf(tensor) or field.retains_grad(tensor) else None
+        if grad is not None:
+            add(grad)
+
     def later(children: Iterable[Any], level: int) -> None:
         # never takes more than is left of the budget, the objects already waiting counted
         room = left[0] - len(queue)
@@ -120,7 +127,7 @@ def _walk(
             seen.add(id(node))
             left[0] -= 1
             for value in _saved(node):
-                add(value)
+                add_with_grad(value)  # an AccumulateGrad's leaf holds its gradient
             stack.extend(f for f, _ in node.next_functions)
 
     def look(obj: Any, level: int) -> None:
@@ -130,10 +137,7 @@ def _walk(
         seen.add(id(obj))
         try:
             if issubclass(kind, torch.Tensor):
-                add(obj)
-                grad = field.grad(obj) if field.is_leaf(obj) or field.retains_grad(obj) else None
-                if grad is not None:
-                    add(grad)
+                add_with_grad(obj)
                 made_by = field.grad_fn(obj) if graphs else None
                 if made_by is not None:
                     graph(made_by)
@@ -146,7 +150,8 @@ def _walk(
                     members, hooks, held = _module_members(attrs, torch, _MODULE_ATTRS + extra)
                     later(members, 0)
                     later(hooks, depth)  # a hook of yours is looked into as a name's function is
-                    later(held, depth - 1)  # a list, dict or object of yours kept on it (a KV cache)
+                    if held:  # a list, dict or object of yours kept on it (a KV cache), read last
+                        kept_by_modules.append((held, depth - 1))
             elif issubclass(kind, torch.optim.Optimizer):
                 state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
                 if issubclass(type(state), dict):
@@ -183,15 +188,24 @@ def _walk(
             later((v for k, v in dict.items(roots) if type(v) is not str and not _dunder(k)), depth)
         else:
             later((roots,), depth)
-        while queue and left[0] > 0:
-            obj, level = queue.popleft()
-            left[0] -= 1
-            look(obj, level)
+        while left[0] > 0:
+            while queue and left[0] > 0:
+                obj, level = queue.popleft()
+                left[0] -= 1
+                look(obj, level)
+            if not kept_by_modules:
+                break
+            # what modules keep besides their tensors (a list of ids, a config) only once every
+            # module and tensor the names reach was read: it cannot spend the budget before them
+            waiting, kept_by_modules[:] = list(kept_by_modules), []
+            for children, level in waiting:
+                later(children, level)
     finally:
         queue.clear()
+        kept_by_modules.clear()
         # add refers to itself, look to it: cycles through their closures that would hold the
         # storages found (and so the user's memory) until the cyclic collector runs
-        look = later = graph = add = None  # type: ignore[assignment]
+        look = later = graph = add = add_with_grad = None  # type: ignore[assignment]
     return found
 
 
