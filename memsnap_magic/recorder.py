@@ -257,7 +257,7 @@ class Recorder:
                 backend.begin(fresh=False, namespace=self._reach())
             else:
                 backend.warm_up()
-                backend.follow()  # the steps before the first listed one count for its start
+                backend.follow(namespace=self._reach())  # the steps before the first listed one count for its start
         except BaseException:  # nothing half-started is left recording, or hooked
             self._current = None
             if self._watch is not None:
@@ -409,7 +409,7 @@ class Recorder:
             self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
             self._current = None
             if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
-                self._quietly(self._backend.follow)
+                self._quietly(self._backend.follow, namespace=self._reach())
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
             self._begun.add(step)
             self._watch = self._quietly(self._new_watch, self._backend)

@@ -182,6 +182,18 @@ def test_a_graphs_leaf_gradient_is_counted_and_followed(cpu):
     assert three.baseline_allocated == two.end_allocated - (2 * MiB + 4) and three.moved == -(2 * MiB + 4)
 
 
+def test_what_a_steps_loop_made_after_its_last_listed_step_is_followed(cpu):
+    run(
+        cpu,
+        f"%%memsnap steps=1\nmark(1)\na = torch.empty({MiB}, dtype=torch.uint8)\n"
+        f"mark(2)\nb = torch.empty({MiB}, dtype=torch.uint8)",  # step 2 is not recorded
+    )
+    run(cpu, "del b")  # a plain cell frees what the unrecorded step made
+    run(cpu, "%%memsnap step=3\npass")
+    one, three = session().intervals
+    assert three.baseline_allocated == one.end_allocated == MiB and not three.moved
+
+
 def test_back_to_back_cells_do_not_look_into_graphs_at_their_start(cpu, monkeypatch):
     from memsnap_magic.backends import cpu as cpu_route
 

@@ -89,10 +89,11 @@ class Backend(ABC):
         """``value`` is live at the interval's end though no name holds it yet: the cell's
         result, which IPython keeps in ``Out`` only afterwards (the CPU route walks names)."""
 
-    def follow(self) -> None:
+    def follow(self, namespace: Names | None = None) -> None:
         """Between the recorded steps of a ``steps=`` loop: keep track of what is allocated and
         freed until the next ``begin``, where the end state alone would not tell (the CPU route).
-        ``end(keep=False)`` stops it too."""
+        ``end(keep=False)`` stops it too. ``namespace``: as for ``begin``, where what the loop
+        holds when the cell ends is found."""
 
     @property
     def family(self) -> str:

@@ -531,12 +531,13 @@ class CpuBackend(Backend):
         names = self._namespace
         return names() if callable(names) else names
 
-    def follow(self) -> None:
+    def follow(self, namespace: Names | None = None) -> None:
         from torch._C._autograd import _profiler_enabled
 
         if not self._open and not self._gap and not _profiler_enabled():
             self._profiler.start()
             self._gap = True
+            self._namespace = namespace
 
     def failed_request(self, error: BaseException | None, time_us: int) -> dict[str, Any] | None:
         failed = _allocator_failure(error)
@@ -559,7 +560,9 @@ class CpuBackend(Backend):
 
         self._also = None
         if self._gap and not keep:
-            self._close_gap()
+            self._close_gap(watch=True)
+            if not self._open:
+                self._namespace = None
         if self._open and keep:  # a clear=false chain goes on recording between cells
             if not self._profiler.running and not _profiler_enabled():
                 self._profiler.start(stacks=self._history.stacks is not None)
@@ -585,8 +588,10 @@ class CpuBackend(Backend):
         self._dying, self._died = [], {}
         self._also = None
 
-    def _close_gap(self) -> None:
-        """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave."""
+    def _close_gap(self, watch: bool = False) -> None:
+        """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave.
+        ``watch``: the cell ends here, so the storages of what it allocated are looked for and
+        watched (a plain cell's ``del`` of them then moves the next start)."""
         self._gap = False
         roots = self._profiler.stop()
         if roots is None:  # a torch.profiler took the session over: what happened is unknown
@@ -601,6 +606,11 @@ class CpuBackend(Backend):
                 self._carried[ptr] = size
             else:
                 self._carried.pop(ptr, None)
+        names = self._names() if watch else None
+        if names is not None and any(size > 0 for size in gap.tables.last.values()):
+            found: dict[int, Any] = {}
+            live_storages(names, storages=found)
+            self._watch.see(found, self._carried)
 
 
 HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs
