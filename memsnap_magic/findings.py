@@ -175,11 +175,11 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
             if nbytes > limit:
                 held.setdefault(site, {})[i] = nbytes
     found = [
-        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(steps, origin, run[0]))
+        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(own, steps, origin, run[0]))
         for site, by_step in held.items()
         for part in _consecutive(sorted(by_step))
         # a step whose growth spans steps not shown starts a run of its own
-        for run in _split(part, [_since(steps, origin, j) is not None for j in part])
+        for run in _split(part, [_since(own, steps, origin, j) is not None for j in part])
     ]
     return sorted(found, key=lambda leak: -leak.total)
 
@@ -194,14 +194,16 @@ def _split(run: list[int], starts: list[bool]) -> list[list[int]]:
     return parts
 
 
-def _since(steps: Sequence[int], origin: dict[int, int], first: int) -> int | None:
-    """The step a site's growth in step ``steps[first]`` counts from, where steps between the
-    two were not recorded or not shown (steps 1 and 9 listed: grown somewhere in 2-9); None
-    where it is the step before it, or a later one recorded earlier (steps 1, 5, 3)."""
+def _since(own: Sequence[Any], steps: Sequence[int], origin: dict[int, int], first: int) -> int | None:
+    """The step a site's growth in step ``steps[first]`` counts from, where steps numbered
+    between the two ran unshown (steps 1 and 9 listed, memory grown between step 1's end and
+    step 9's start: grown somewhere in 2-9); None where it is the step before it, where the
+    later one started where the earlier ended (steps numbered 10, 20, 30 back to back), or
+    where a later one was recorded earlier (steps 1, 5, 3)."""
     j = origin.get(first)
     if j is None or type(steps[j]) is not int or type(steps[first]) is not int or steps[j] >= steps[first] - 1:
         return None
-    return steps[j]
+    return steps[j] if own[first].baseline_allocated != own[j].end_allocated else None
 
 
 def _neighbours_in_time(intervals: Sequence[Any]) -> tuple[dict[int, int], dict[int, int]]:

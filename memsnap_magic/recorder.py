@@ -200,6 +200,8 @@ class Recorder:
         except OSError:  # the current directory was deleted: the write will say what went wrong
             self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
+        for gone in [r for r in STATE.active if r._orphaned() and r._backend is not None and r._backend.thread_bound]:
+            gone._abandon()  # its thread ended with it recording: nothing can stop it but this
         outer = next(
             (
                 r

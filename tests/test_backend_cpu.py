@@ -144,6 +144,17 @@ def test_what_modules_keep_besides_tensors_cannot_spend_the_walk_before_their_pa
     assert model[0].cache[0].untyped_storage().data_ptr() in found  # read once the parameters were
 
 
+def test_the_walk_knows_torchs_own_module_attributes_without_making_a_module(monkeypatch):
+    from memsnap_magic.backends.live_tensors import _TORCH_MODULE_ATTRS
+
+    assert set(vars(torch.nn.Module())) <= _TORCH_MODULE_ATTRS  # a torch that adds one: add it
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    made = []
+    init = torch.nn.Module.__init__
+    monkeypatch.setattr(torch.nn.Module, "__init__", lambda self, *a, **k: made.append(1) or init(self, *a, **k))
+    assert live_storages({"model": model}) and made == []  # no code of anyone's ran
+
+
 def test_live_storages_walks_modules_optimizers_containers_and_objects():
     model = torch.nn.Linear(4, 3)
     model(torch.ones(2, 4)).sum().backward()

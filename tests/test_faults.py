@@ -892,6 +892,24 @@ def test_a_recording_whose_thread_has_ended_is_given_up_cleanly(tmp_path, ending
         assert "written 0 [] [] None" in proc.stdout and "steps [2]" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_recording_whose_thread_ended_does_not_block_the_next(tmp_path):
+    script = textwrap.dedent(
+        """
+        import threading, torch
+        from memsnap_magic import Recorder, session
+        r = Recorder(step=1, device="cpu", out="out", wait=True)
+        t = threading.Thread(target=r.start); t.start(); t.join()
+        with Recorder(step=2, device="cpu", out="out", wait=True):  # r never stopped
+            x = torch.ones(1000)
+        print("steps", [iv.step for iv in session().intervals], session().intervals[-1].kept)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "steps [2] 4000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "the thread that started step 1 on cpu has ended" in proc.stderr
+    assert "already recorded" not in proc.stderr
+
+
 def test_a_process_without_stderr_records(tmp_path):
     script = textwrap.dedent(
         """

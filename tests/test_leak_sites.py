@@ -4,6 +4,7 @@ the sites that keep memory step after step — in the headline, ``memsnap summar
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import torch
 from test_widget import interval
@@ -194,5 +195,9 @@ def test_a_site_grown_over_steps_not_shown_says_since_when(tmp_path, capsys):
     assert every.steps == tuple(range(1, 10)) and every.since is None  # each grew in its own step
     wait_for_writes()
     files = [str(next((tmp_path / f"step{n}").glob("*.pickle"))) for n in (1, 9)]
+    # steps numbered apart but run back to back: each grew in its own step, one run
+    numbered = [replace(iv, step=10 * iv.step) for iv in session().intervals]
+    (spaced,) = leak_sites(numbered, [iv.step for iv in numbered])
+    assert spaced.steps == tuple(range(10, 100, 10)) and spaced.since is None
     assert main(["summarize", *files]) == 0
     assert "step 9 since step 1" in capsys.readouterr().out

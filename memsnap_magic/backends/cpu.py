@@ -203,10 +203,10 @@ class _Profiler:
 
         if not (self.running and self._started_in == threading.get_ident()):
             return
-        self.running, self._ended_by_thread = False, True
         if _profiler_enabled() and not public_profiler_running():
             with contextlib.suppress(Exception), _stderr_caught():
                 _disable_profiler()
+                self.running, self._ended_by_thread = False, True  # else clear_lost still clears
 
     def clear_lost(self) -> None:
         """Clear what a session left by a thread that ended (its Python tracer, callbacks):
@@ -439,11 +439,12 @@ class CpuBackend(Backend):
         self._namespace = namespace
         self.incomplete = None
         names = self._names()
-        walked, found = self._walk_start(names, graphs=False)
-        if STATE.cells_begun > self._cells_seen + 1 or not walked.keys() <= self._carried.keys():
-            # a notebook cell ran since the last interval ended, or something appeared (or this is
-            # the first): an autograd graph made meanwhile holds what no name reaches, as a loss
-            # whose backward runs in this cell holds its forward's activations
+        # Where a notebook cell ran since the last interval ended, or something appeared (or this
+        # is the first), an autograd graph made meanwhile may hold what no name reaches, as a loss
+        # whose backward runs in this cell holds its forward's activations: graphs are walked too.
+        ran = STATE.cells_begun > self._cells_seen + 1 or not self._carried
+        walked, found = self._walk_start(names, graphs=ran)
+        if not ran and not walked.keys() <= self._carried.keys():
             walked, found = self._walk_start(names, graphs=True)
         # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
         hidden = {p: n for p, n in self._carried.items() if p not in walked}

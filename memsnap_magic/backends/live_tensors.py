@@ -86,7 +86,7 @@ def _walk(
     left = [limit]
     queue: deque[tuple[Any, int]] = deque()
     kept_by_modules: list[tuple[list[Any], int]] = []  # read once the queue is done
-    skip = (ModuleType, str, bytes, int, float, bool, type(None))
+    skip = (ModuleType, *_SCALARS)
     # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
     # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
     home = _name_of(roots, limit)
@@ -222,7 +222,7 @@ class _TensorFields:
     ``__getattribute__`` of the same name is not run."""
 
     def __init__(self, torch: Any) -> None:
-        base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # renamed in torch 2.2
+        base = torch._C.TensorBase
         for name in ("device", "layout", "is_nested", "is_leaf", "retains_grad", "grad", "grad_fn"):
             setattr(self, name, base.__dict__[name].__get__)
         self.storage = base.untyped_storage
@@ -282,7 +282,7 @@ def _module_members(attrs: dict[str, Any], torch: Any, scan: int) -> tuple[Itera
     plain: list[Any] = []
     hooks: list[Iterable[Any]] = []
     held: list[Any] = []
-    tensor, own = torch.Tensor, _torch_module_attrs(torch)
+    tensor = torch.Tensor
     # one pass for torch's dicts and the tensors (module_dicts finds the dicts alone, for
     # labelling; calling it here too read each module twice: +9 µs a walk on a small MLP)
     for name, value in islice(dict.items(attrs), scan):
@@ -294,18 +294,12 @@ def _module_members(attrs: dict[str, Any], torch: Any, scan: int) -> tuple[Itera
                 (hooks if role else owned).append(dict.values(value))
         elif issubclass(type(value), tensor):
             plain.append(value)
-        elif name not in own and not issubclass(type(value), _SCALARS):
+        elif name not in _TORCH_MODULE_ATTRS and not issubclass(type(value), _SCALARS):
             held.append(value)
     return chain(*owned, plain), chain(*hooks), held
 
 
 _SCALARS = (str, bytes, int, float, bool, type(None))
-
-
-@functools.cache
-def _torch_module_attrs(torch: Any) -> frozenset[str]:
-    """The attributes ``torch.nn.Module.__init__`` sets on every module: torch's, not the model's."""
-    return frozenset(name for name in vars(torch.nn.Module()) if type(name) is str)
 
 
 def _dunder(name: Any) -> bool:
@@ -317,6 +311,24 @@ _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 # a module's dicts the walk reads: torch's three (False), and those holding hook functions (True)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _HELD_IN = {**dict.fromkeys(_MODULE_DICTS, False), **dict.fromkeys(_HOOK_DICTS, True)}
+# What ``torch.nn.Module.__init__`` sets on every module (torch 2.5-2.14): torch's, not the model's.
+# Written out, not read from a module made here: a patched ``__init__`` would be the user's code.
+_TORCH_MODULE_ATTRS = frozenset(
+    {
+        *_HELD_IN,
+        "training",
+        "_non_persistent_buffers_set",
+        "_is_full_backward_hook",
+        "_forward_hooks_with_kwargs",
+        "_forward_hooks_always_called",
+        "_forward_pre_hooks_with_kwargs",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+        "_compiled_call_impl",
+    }
+)
 
 
 def module_dicts(attrs: dict[str, Any], scan: int = _MODULE_ATTRS) -> dict[str, dict[Any, Any]]:
