@@ -79,6 +79,8 @@ def load_ipython_extension(ipython: Any) -> None:
     know_cells(getattr(getattr(ipython, "compile", None), "_filename_map", None))
     if _before_cell not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", _before_cell)
+    if _count_cell not in ipython.events.callbacks["pre_execute"]:
+        ipython.events.register("pre_execute", _count_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", None)
     if cleanup is not None and not any(isinstance(t, SyntaxCheck) for t in cleanup):
         cleanup.append(SyntaxCheck(ipython))
@@ -88,12 +90,18 @@ def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
     from .notice import BACKGROUND, blamed_on
-    from .state import STATE
     from .writer import wait_for_writes
 
-    STATE.cells_begun += 1  # the CPU route asks whether a cell ran between two recorded ones
     with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
         wait_for_writes()
+
+
+def _count_cell() -> None:
+    """Count every cell run, a frontend's silent ones too (they fire no ``pre_run_cell``): the
+    CPU route asks whether code ran between two recorded cells."""
+    from .state import STATE
+
+    STATE.cells_begun += 1
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -106,6 +114,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     _before_cell()
     if _before_cell in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", _before_cell)
+    if _count_cell in ipython.events.callbacks["pre_execute"]:
+        ipython.events.unregister("pre_execute", _count_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", [])
     cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
     if ipython.user_ns.get("mark") is mark:

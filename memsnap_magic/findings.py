@@ -157,7 +157,9 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
     ends = [_held(iv, HELD_SITES) for iv in own]
     before, after = _neighbours_in_time(intervals)
     held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
-    origin: dict[int, int] = {}  # position of a step -> position of the step its growth counts from
+    # (site, position of a step) -> position of the step its growth there counts from, where the
+    # site grew by more than the step itself kept there: the steps between added to it
+    spans: dict[tuple[str, int], int] = {}
     for i, iv in enumerate(own):
         limit = _threshold(iv.baseline_allocated)
         if leaked(iv) <= limit:
@@ -165,7 +167,8 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         j, k = before.get(i), after.get(i)
         if j is not None and ends[i] is not None and ends[j] is not None:
             grown = _growth(ends[j], ends[i])
-            origin[i] = j
+            own_kept = {s: b for s, b, _ in iv.kept_by_site}
+            spans.update(((s, i), j) for s, b in grown.items() if b > own_kept.get(s, 0) + limit)
         elif ends[i] is not None and k is not None and ends[k] is not None:  # the first: its next confirms
             later = _growth(ends[i], ends[k])
             grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
@@ -175,11 +178,11 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
             if nbytes > limit:
                 held.setdefault(site, {})[i] = nbytes
     found = [
-        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(own, steps, origin, run[0]))
+        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(steps, spans, site, run[0]))
         for site, by_step in held.items()
         for part in _consecutive(sorted(by_step))
         # a step whose growth spans steps not shown starts a run of its own
-        for run in _split(part, [_since(own, steps, origin, j) is not None for j in part])
+        for run in _split(part, [_since(steps, spans, site, j) is not None for j in part])
     ]
     return sorted(found, key=lambda leak: -leak.total)
 
@@ -194,16 +197,15 @@ def _split(run: list[int], starts: list[bool]) -> list[list[int]]:
     return parts
 
 
-def _since(own: Sequence[Any], steps: Sequence[int], origin: dict[int, int], first: int) -> int | None:
-    """The step a site's growth in step ``steps[first]`` counts from, where steps numbered
-    between the two ran unshown (steps 1 and 9 listed, memory grown between step 1's end and
-    step 9's start: grown somewhere in 2-9); None where it is the step before it, where the
-    later one started where the earlier ended (steps numbered 10, 20, 30 back to back), or
-    where a later one was recorded earlier (steps 1, 5, 3)."""
-    j = origin.get(first)
+def _since(steps: Sequence[int], spans: dict[tuple[str, int], int], site: str, first: int) -> int | None:
+    """The step a site's growth in step ``steps[first]`` counts from, where that growth spans
+    steps numbered between the two that are not shown (steps 1 and 9 listed, the site grown by
+    more than step 9 kept there: grown somewhere in 2-9); None where it is the step before it,
+    or a later one recorded earlier (steps 1, 5, 3)."""
+    j = spans.get((site, first))
     if j is None or type(steps[j]) is not int or type(steps[first]) is not int or steps[j] >= steps[first] - 1:
         return None
-    return steps[j] if own[first].baseline_allocated != own[j].end_allocated else None
+    return steps[j]
 
 
 def _neighbours_in_time(intervals: Sequence[Any]) -> tuple[dict[int, int], dict[int, int]]:

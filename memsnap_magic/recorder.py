@@ -232,6 +232,16 @@ class Recorder:
         training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
+        if backend.recording and backend.lost:  # a clear=false history whose thread ended, and its session with it
+            warn(
+                f"memsnap: the clear=false history on {backend.device} was recorded by a thread that has ended, "
+                "and its session went with it: it is given up, and this block starts a fresh one",
+                stacklevel=2,
+            )
+            backend.abandon()
+            STATE.chains.pop(backend.device, None)
+            STATE.chain_steps.pop(backend.device, None)
+            chained = None
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
             from .text import run_label
 

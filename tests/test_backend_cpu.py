@@ -155,6 +155,25 @@ def test_the_walk_knows_torchs_own_module_attributes_without_making_a_module(mon
     assert live_storages({"model": model}) and made == []  # no code of anyone's ran
 
 
+def test_a_graph_walk_reads_what_a_pack_hook_stored_without_running_it():
+    calls = []
+
+    class Packed:
+        @property
+        def __class__(self):  # isinstance() would run it
+            calls.append("__class__")
+            return torch.Tensor
+
+        def __init__(self, t):
+            self.t = t
+
+    w = torch.randn(1 << 10, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(Packed, lambda p: p.t):
+        loss = w.exp().sum()
+    found = live_storages({"loss": loss}, graphs=True)
+    assert calls == [] and w.untyped_storage().data_ptr() in found
+
+
 def test_live_storages_walks_modules_optimizers_containers_and_objects():
     model = torch.nn.Linear(4, 3)
     model(torch.ones(2, 4)).sum().backward()

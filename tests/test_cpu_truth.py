@@ -169,6 +169,17 @@ def test_graphs_changed_by_plain_cells_are_followed(cpu):
     assert four.kept == -(2 * MiB + 4) and not four.moved
 
 
+def test_a_silent_execution_counts_as_code_run_between_cells(cpu):
+    # a frontend's silent execute request (a variable inspector's) fires no pre_run_cell
+    k = MiB // 4
+    run(cpu, f"w = torch.randn({k}, requires_grad=True)")
+    run(cpu, "%%memsnap step=1\nh = w * 1.0")
+    assert cpu.run_cell(f"h.mul_(torch.randn({k}))", silent=True).success  # its graph saves 1 MiB
+    run(cpu, "%%memsnap step=2\nh.sum().backward()")  # frees it, makes w.grad
+    two = session().intervals[-1]
+    assert two.moved == MiB and abs(two.kept) < 1024
+
+
 def test_a_graphs_leaf_gradient_is_counted_and_followed(cpu):
     n = MiB // 4
     run(cpu, f"loss = torch.ones({n}, requires_grad=True).exp().sum()\nloss.backward()")  # leaf + grad + 4 B

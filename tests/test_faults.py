@@ -910,6 +910,28 @@ def test_a_recording_whose_thread_ended_does_not_block_the_next(tmp_path):
     assert "already recorded" not in proc.stderr
 
 
+def test_a_never_cleared_history_whose_thread_ended_is_given_up(tmp_path):
+    script = textwrap.dedent(
+        """
+        import threading, torch
+        from memsnap_magic import Recorder, session
+        G = {}
+        def worker():
+            with Recorder(step=1, device="cpu", clear=False, wait=True, namespace=G):
+                G["a"] = torch.ones(2**18)  # 1 MiB, kept
+        t = threading.Thread(target=worker); t.start(); t.join()
+        with Recorder(step=2, device="cpu", wait=True, namespace=G):
+            x = torch.ones(2**19)  # 2 MiB
+        iv = session().intervals[-1]
+        print("step", iv.step, iv.baseline_allocated, iv.end_allocated)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"step 2 {2**20} {3 * 2**20}" in proc.stdout, proc.stdout + proc.stderr[-2000:]  # its own events
+    assert "was recorded by a thread that has ended" in proc.stderr
+
+
 def test_a_process_without_stderr_records(tmp_path):
     script = textwrap.dedent(
         """

@@ -201,3 +201,13 @@ def test_a_site_grown_over_steps_not_shown_says_since_when(tmp_path, capsys):
     assert spaced.steps == tuple(range(10, 100, 10)) and spaced.since is None
     assert main(["summarize", *files]) == 0
     assert "step 9 since step 1" in capsys.readouterr().out
+    # memory that changed between two steps elsewhere than at the site says nothing of it
+    names: dict = {"unrelated": []}
+    for step in (10, 20, 30, 40):
+        with Recorder(device="cpu", out=tmp_path / "spaced", step=step, namespace=names):
+            leaky_step(2)
+        names["unrelated"].append(torch.ones(1024))  # outside any step: the next start moves
+    spaced_out = session().intervals[-4:]
+    assert all(iv.moved for iv in spaced_out[1:])
+    (one_run,) = leak_sites(spaced_out, [10, 20, 30, 40])
+    assert one_run.steps == (10, 20, 30, 40) and one_run.since is None

@@ -119,7 +119,7 @@ class _Profiler:
         # kineto started before us (a torch.profiler of the user's): it prints two USDT lines per session
         self._chatty = False
         self._started_in: int | None = None  # the thread that started the session
-        self._ended_by_thread = False  # that thread stopped it as it ended (``_EndsWithThread``)
+        self.ended_by_thread = False  # that thread stopped it as it ended (``_EndsWithThread``)
 
     def warm_up(self) -> None:
         """Pay the one-off start cost now and spend the allocator's once-per-process warning
@@ -156,7 +156,7 @@ class _Profiler:
         self._without_usdt(_prepare_profiler, config, self._activities)
         self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
         self.running = True
-        self._started_in, self._ended_by_thread = threading.get_ident(), False
+        self._started_in, self.ended_by_thread = threading.get_ident(), False
         if threading.current_thread() is not threading.main_thread() and not hasattr(_THREAD, "end"):
             _THREAD.end = _EndsWithThread(self)
 
@@ -206,7 +206,7 @@ class _Profiler:
         if _profiler_enabled() and not public_profiler_running():
             with contextlib.suppress(Exception), _stderr_caught():
                 _disable_profiler()
-                self.running, self._ended_by_thread = False, True  # else clear_lost still clears
+                self.running, self.ended_by_thread = False, True  # else clear_lost still clears
 
     def clear_lost(self) -> None:
         """Clear what a session left by a thread that ended (its Python tracer, callbacks):
@@ -215,7 +215,7 @@ class _Profiler:
         from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
 
         self.running = False
-        if self._ended_by_thread:
+        if self.ended_by_thread:
             return
         config = self._configs[True]
         with contextlib.suppress(Exception), _stderr_caught():
@@ -393,6 +393,10 @@ class CpuBackend(Backend):
     @property
     def recording(self) -> bool:
         return self._open or self._gap
+
+    @property
+    def lost(self) -> bool:  # type: ignore[override]
+        return self.recording and not self._profiler.running and self._profiler.ended_by_thread
 
     @classmethod
     def available(cls, kind: str) -> bool:

@@ -445,6 +445,7 @@ def _saved(node: Any) -> list[Any]:
     are counted; a checkpoint's handle holds none)."""
     import torch
 
+    saved = torch._C._autograd.SavedTensor
     found = []
     for name in _saved_names(type(node)):
         try:
@@ -452,9 +453,10 @@ def _saved(node: Any) -> list[Any]:
         except Exception:  # freed by a backward already
             continue
         for raw in value if type(value) in (list, tuple) else (value,):
-            stored = raw if isinstance(raw, torch.Tensor) else getattr(raw, "data", None)  # a SavedTensor's
+            # types compared, never isinstance: a pack hook's object may have a __class__ property
+            stored = raw if issubclass(type(raw), torch.Tensor) else raw.data if type(raw) is saved else None
             for item in stored if type(stored) in (list, tuple) else (stored,):
-                if isinstance(item, torch.Tensor):
+                if issubclass(type(item), torch.Tensor):
                     found.append(item)
     return found
 
