@@ -147,7 +147,7 @@ def _walk(
                     # past torch's own ~20 attributes, reading one is charged, from what no waiting name needs
                     extra = min(max(len(attrs) - _MODULE_ATTRS, 0), max(left[0] - len(queue), 0))
                     left[0] -= extra
-                    members, hooks, held = _module_members(attrs, torch, _MODULE_ATTRS + extra)
+                    members, hooks, held = _module_members(attrs, torch.Tensor, _MODULE_ATTRS + extra)
                     later(members, 0)
                     later(hooks, depth)  # a hook of yours is looked into as a name's function is
                     if held:  # a list, dict or object of yours kept on it (a KV cache), read last
@@ -271,7 +271,7 @@ def instance_dict(obj: Any) -> dict[str, Any] | None:
     return attrs if type(attrs) is dict else None
 
 
-def _module_members(attrs: dict[str, Any], torch: Any, scan: int) -> tuple[Iterable[Any], ...]:
+def _module_members(attrs: dict[str, Any], tensor: type, scan: int) -> tuple[Iterable[Any], ...]:
     """A module's parameters, buffers, submodules and tensors kept as plain attributes
     (``self.pe = pe``, ``self._mask``) among its first ``scan`` attributes, from its attribute
     dict (an overridden ``parameters()`` is not run); its hooks' functions
@@ -282,7 +282,6 @@ def _module_members(attrs: dict[str, Any], torch: Any, scan: int) -> tuple[Itera
     plain: list[Any] = []
     hooks: list[Iterable[Any]] = []
     held: list[Any] = []
-    tensor = torch.Tensor
     # one pass for torch's dicts and the tensors (module_dicts finds the dicts alone, for
     # labelling; calling it here too read each module twice: +9 µs a walk on a small MLP)
     for name, value in islice(dict.items(attrs), scan):
