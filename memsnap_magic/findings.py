@@ -5,8 +5,10 @@ The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
   minus its start; in a file labelled by category, at most what it made and kept besides
   parameters, gradients and optimizer state); consecutive leaking steps form one run;
-- a step **spikes** when its rise over its start is more than twice the median rise of the steps
-  shown and more than ``max(1 MiB, 1 % of its start)`` above that median;
+- a step **spikes** when what it held only for a while (its peak above the higher of its start
+  and end) is more than twice the median of that over the steps shown and more than
+  ``max(1 MiB, 1 % of its start)`` above it: what a step made and kept (an optimizer's state in
+  its first step) is no spike; it is said as the step's rise over its start;
 - an allocation **site leaks** in a leaking step when what is held from there at the step's end
   grew since the step before's end by more than ``max(1 MiB, 1 % of the step's start)``; the
   first step shown, with no step before it, when it allocated that much there and still held it
@@ -241,13 +243,20 @@ def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
     if len(intervals) < 3:  # too few to tell what is typical
         return []
     intervals = own_figures(intervals)
+    held = [_transient(iv) for iv in intervals]
+    usual = median(held)
     typical = int(median(iv.peak_increase for iv in intervals))
     found = [
         Spike(step, iv.peak_increase, typical)
-        for step, iv in zip(steps, intervals)
-        if iv.peak_increase > 2 * typical and iv.peak_increase - typical > _threshold(iv.baseline_allocated)
+        for step, iv, h in zip(steps, intervals, held)
+        if h > 2 * usual and h - usual > _threshold(iv.baseline_allocated)
     ]
     return sorted(found, key=lambda s: -s.rise)
+
+
+def _transient(iv: Any) -> int:
+    """What a step held only for a while: its peak above the higher of its start and end."""
+    return iv.peak_allocated - max(iv.baseline_allocated, iv.end_allocated)
 
 
 def born_in(block: dict[str, Any], earlier: Sequence[Interval]) -> int | None:

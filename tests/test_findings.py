@@ -112,3 +112,15 @@ def test_a_step_recorded_after_a_leak_is_not_what_the_leak_is_held_since():
     five.end_us, two.end_us = 2_000, 1_000  # recorded in order: held since step 2
     (leak,) = leaks([two, five], [2, 5])
     assert leak.since == 2
+
+
+def test_what_a_step_made_and_kept_is_no_spike():
+    """An optimizer's first step makes its state and the gradients and keeps them: its rise
+    over its start is large, but its peak is the steady steps' peak (AdamW, measured on the CPU)."""
+    first = interval(1, 1_159_720, 6_537_920 - 1_159_720, 3_281_032)
+    steady = [interval(n, 4_440_752, 6_537_920 - 4_440_752, 0) for n in range(2, 6)]
+    assert spikes([first, *steady], [1, 2, 3, 4, 5]) == []
+    # the same first step with something held only for a while on top is one
+    spiking = interval(1, 1_159_720, 6_537_920 - 1_159_720 + 8 * MiB, 3_281_032)
+    (spike,) = spikes([spiking, *steady], [1, 2, 3, 4, 5])
+    assert spike.step == 1 and spike.rise == spiking.peak_increase
