@@ -200,8 +200,7 @@ class Recorder:
         except OSError:  # the current directory was deleted: the write will say what went wrong
             self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
-        for gone in [r for r in STATE.active if r._orphaned() and r._backend is not None and r._backend.thread_bound]:
-            gone._abandon()  # its thread ended with it recording: nothing can stop it but this
+        STATE.give_up_orphaned()  # a thread that ended while recording: nothing else can stop its session
         outer = next(
             (
                 r
@@ -232,16 +231,6 @@ class Recorder:
         training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
-        if backend.recording and backend.lost:  # a clear=false history whose thread ended, and its session with it
-            warn(
-                f"memsnap: the clear=false history on {backend.device} was recorded by a thread that has ended, "
-                "and its session went with it: it is given up, and this block starts a fresh one",
-                stacklevel=2,
-            )
-            backend.abandon()
-            STATE.chains.pop(backend.device, None)
-            STATE.chain_steps.pop(backend.device, None)
-            chained = None
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
             from .text import run_label
 
@@ -445,12 +434,16 @@ class Recorder:
     def _abandon(self) -> None:
         """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
         backend = self._backend
-        if self in STATE.active:
+        running = self in STATE.active  # else a clear=false history its block left on
+        if running:
             STATE.active.remove(self)
         if backend is not None and backend.owner is self and backend.recording:
             warn(
                 f"memsnap: the thread that started {describe_recorder(self)} on {backend.device} has ended, "
-                f"and {backend.label}'s session with it: nothing was written",
+                f"and {backend.label}'s session with it: nothing was written"
+                if running
+                else f"memsnap: the clear=false history on {backend.device} was recorded by a thread that has "
+                "ended, and its session went with it: it is given up, and what records next starts a fresh one",
                 where=self.where,
             )
             self._quietly(backend.abandon)

@@ -71,16 +71,24 @@ class State:
         """The devices whose recording we started and left on."""
         return [name for name, backend in self.backends.items() if backend.recording]
 
+    def give_up_orphaned(self) -> list[str]:
+        """Give up the recordings whose thread has ended, and their session with it (a block's,
+        or a clear=false history one left on), each with one warning; returns their devices."""
+        gone = []
+        for name, backend in self.backends.items():
+            owner = backend.owner
+            if backend.recording and owner is not None and owner._elsewhere() and owner._orphaned():
+                owner._abandon()
+                gone.append(name)
+        self.active[:] = [r for r in self.active if not (r._elsewhere() and r._orphaned())]
+        return gone
+
     def stop_all(self) -> list[str]:
         """Stop every recording we started; returns the devices that were recording."""
-        stopped, failures = [], []
+        stopped, failures = self.give_up_orphaned(), []
         for name, backend in self.backends.items():
             owner = backend.owner
             if backend.recording and owner is not None and owner._elsewhere():
-                if owner._orphaned():  # its thread has ended: so has the session, which is cleared
-                    owner._abandon()
-                    stopped.append(name)
-                    continue
                 # a live thread's CPU session: only that thread can stop it (its block's end will)
                 failures.append(f"{name}: recorded by another thread, which alone can stop it")
                 continue

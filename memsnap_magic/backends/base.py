@@ -31,7 +31,6 @@ class Backend(ABC):
     clears_in_place: ClassVar[bool] = True  # begin(fresh=True) while recording starts a new history
     host: ClassVar[bool] = False  # records host (CPU) memory
     thread_bound: ClassVar[bool] = False  # recording stops (and steps change) only in the thread that started it
-    lost: bool = False  # (thread_bound) the thread recording ended, and its session with it
     label: ClassVar[str] = "the allocator"  # how messages name this route
 
     device: str  # "cpu", "cuda:0", ...

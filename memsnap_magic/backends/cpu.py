@@ -394,10 +394,6 @@ class CpuBackend(Backend):
     def recording(self) -> bool:
         return self._open or self._gap
 
-    @property
-    def lost(self) -> bool:  # type: ignore[override]
-        return self.recording and not self._profiler.running and self._profiler.ended_by_thread
-
     @classmethod
     def available(cls, kind: str) -> bool:
         return True
