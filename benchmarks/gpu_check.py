@@ -1071,7 +1071,12 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000) -> tuple[C
         def stop() -> None:
             backend.end(keep=False)
 
-        snapshot = backend.snapshot
+        def snapshot() -> dict:
+            from memsnap_magic.compact import complete
+
+            snap = backend.snapshot()
+            complete(snap)  # its viewer-only entries, written in as every dump of it does
+            return snap
 
     def dump() -> None:
         snap = snapshot()

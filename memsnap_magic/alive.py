@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import Summary
-from .pairing import SPARSE, addresses, by_address, end_blocks, sorted_contains
+from .pairing import SPARSE, by_address, end_blocks, sorted_contains
 
 _LOOK_PER_BLOCK = 32  # events looked at per wanted block before widening the search
 
@@ -51,7 +51,7 @@ def kept(summary: Summary) -> list[dict[str, Any]]:
     allocates at its address: its last event there is that allocation. One pass over the
     allocations' addresses, no pairing."""
     sign, _, entry = summary.events
-    made = np.unique(addresses(summary.trace, entry[sign > 0]))
+    made = np.unique(summary.addresses(entry[sign > 0]))
     end = summary.end
     return _end_items(end, np.flatnonzero(sorted_contains(made, end[0])), before=False)
 
@@ -89,7 +89,7 @@ def _alive_among(
     """``alive_at`` over the events ``sel`` and the end-state blocks ``end`` only."""
     sign, size, entry = summary.events
     sign, size = sign[sel], size[sel]
-    order, a, first_sorted, last_sorted = by_address(summary.trace, entry, sel)
+    order, a, first_sorted, last_sorted = by_address(summary.addresses(entry[sel]))
     n = len(sel)
     # event index of the next event at the same address (none: past every event)
     following = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .compact import entries
 from .figures import Figures
-from .pairing import by_address, column, end_blocks, sorted_contains
+from .pairing import SPARSE, addresses, by_address, column, end_blocks, sorted_contains
 from .schema import INT64
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -50,6 +51,17 @@ class Summary(Figures):
     def end(self) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """The device's allocated blocks at the snapshot's end: address, requested size, block dict."""
         return end_blocks(self.segments, self.device)
+
+    def addresses(self, entries: np.ndarray) -> np.ndarray:
+        """``addr`` of some trace entries: where many are asked, from one read of the whole
+        column that every pairing over this summary shares (a digest pairs twice)."""
+        if len(entries) > len(self.trace) // SPARSE:
+            return self._addr_column[entries]
+        return addresses(self.trace, entries)
+
+    @cached_property
+    def _addr_column(self) -> np.ndarray:
+        return column(self.trace, "addr", 0).astype(np.uint64)
 
     @cached_property
     def time_us(self) -> np.ndarray:
@@ -138,7 +150,7 @@ def _left_by_trace(
     """Bytes of the blocks among events ``sel`` that the trace allocated and never freed, less
     what the end state counts for them: what "end-state bytes minus net change" misses."""
     sign, size, entry = events
-    order, a, _, last = by_address(trace, entry, sel)
+    order, a, _, last = by_address(addresses(trace, entry[sel]))
     tail = sel[order[last]]  # each address's last event
     live = sign[tail] > 0
     live_addr, live_size = a[last][live], size[tail][live]
@@ -191,7 +203,7 @@ def summarize(snap: dict[str, Any], device: int | None = None) -> Summary:
         baseline_allocated=baseline,
         peak_allocated=peak,
         end_allocated=end_allocated,
-        trace_entries=len(trace),
+        trace_entries=entries(trace),  # a compact trace's companions counted
         allocated=allocated,
         peak_index=peak_index,
         events=events,

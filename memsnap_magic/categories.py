@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .compact import adds_segments
 from .readable import clean
 from .roles import Roles, Storages
 
@@ -29,7 +30,7 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
     wanted = set(roles.start) | set(roles.end) | {a for _, seen in roles.timed for a in seen}
     allocs = _seen_allocations(trace, wanted, roles)
     live: dict[int, str] = {}  # address -> category of the block the trace allocated there
-    unknown = False
+    unknown = adds_segments(trace)  # a compact trace's segment events, written in later
     for i, e in enumerate(trace):
         action, addr = e.get("action"), e.get("addr")
         if action == "alloc":

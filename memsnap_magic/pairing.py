@@ -57,12 +57,9 @@ def end_blocks(
     return np.asarray(addrs, dtype=np.uint64), np.asarray(sizes, dtype=np.int64), blocks
 
 
-def by_address(
-    trace: list[dict[str, Any]], entry: np.ndarray, sel: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Events ``sel`` grouped by address, each address's events in time order: the order,
-    the sorted addresses, and which sorted positions start and end an address's group."""
-    a = addresses(trace, entry[sel])
+def by_address(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Events grouped by their addresses ``a`` (in time order), each address's events in time
+    order: the order, the sorted addresses, and which sorted positions start and end a group."""
     order = np.argsort(a, kind="stable")
     a = a[order]
     change = np.ones(len(a) + 1, dtype=bool)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .compact import complete
 from .nogc import no_gc
 from .schema import SnapshotError, excerpt, validate
 
@@ -220,6 +221,7 @@ def _one_line(e: BaseException, limit: int = 200) -> str:
 
 def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``snap`` atomically (``write_atomically``), pickle protocol 4."""
+    complete(snap)  # the CPU route's viewer-only entries, left out while the cell waited
     return write_atomically(path, lambda f: pickle.dump(snap, f, protocol=PROTOCOL))
 
 

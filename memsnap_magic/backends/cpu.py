@@ -487,7 +487,9 @@ class CpuBackend(Backend):
         hidden = {p: n for p, n in self._live_start.items() if p not in walked}
         gone = self._watch.gone(hidden)
         live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
-        snap = self._history.snapshot(live_end, time.time_ns() // 1000, self._max_entries, died=self._died)
+        snap = self._history.snapshot(
+            live_end, time.time_ns() // 1000, self._max_entries, died=self._died, compact=True
+        )
         self.freed_unseen = self._history.freed_unseen
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
         # A storage that appeared in the interval with no allocation event and that PyTorch's

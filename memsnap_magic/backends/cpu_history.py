@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_, not_
+from operator import attrgetter, countOf, is_, itemgetter, not_
 from typing import TYPE_CHECKING, Any
 
+from ..compact import Compact, expand
 from ..nogc import no_gc
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
 _FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
 _TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
 _DURATION = attrgetter("duration_time_ns")
+_ACTION = itemgetter("action")
 _INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
 STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
@@ -136,6 +138,7 @@ class History:
         max_entries: int,
         segment_events: bool = True,
         died: dict[int, int] | None = None,
+        compact: bool = False,
     ) -> dict[str, Any]:
         """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
 
@@ -144,8 +147,9 @@ class History:
         block is its own segment (the CPU allocator has none), so an allocation is preceded by its
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
+        ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
+        ``compact.complete`` (before the file is written); else it is complete.
         """
-        free_entries = _free_entries if segment_events else _bare_free_entries
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
         # interval, or they are gone at the end and the interval never mentions them.
@@ -169,6 +173,8 @@ class History:
             if t.first.get(p, 0) < 0 and t.first_index[p] >= window_start and -t.first[p] != n
         }
         stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
+        # The block entries only (an allocation's ``alloc``, a free's ``free_completed``): their
+        # companions are copies of them (``compact``)
         trace: list[dict[str, Any]] = []
         add = trace.append  # entries written out here, not by helpers: a call per entry was half the build
         for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
@@ -176,33 +182,26 @@ class History:
             if before and index in before:
                 for gone, gone_size, gone_us in before.pop(index):
                     del pending[gone]
-                    trace += free_entries(gone, gone_size, gone_us)
+                    add(_freed(gone, gone_size, gone_us))
             if size > 0:
                 alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-                if segment_events:
-                    segment = {"action": "segment_alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-                    add(segment)
                 add(alloc)
                 frames = stacks.get(index) if stacks else None
                 if frames is not None:
                     alloc["frames"] = frames
-                    if segment_events:
-                        segment["frames"] = frames
             else:
                 size = -size
                 if known and index == t.first_index.get(ptr):
                     size = known.pop(ptr, size)
-                add({"action": "free_requested", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
                 add({"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
-                if segment_events:
-                    add({"action": "segment_free", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
-            trace += free_entries(gone, gone_size, gone_us)
+            add(_freed(gone, gone_size, gone_us))
         # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
         self.freed_unseen = sum(pending.values())
         for ptr, size in pending.items():
-            trace += free_entries(ptr, size, end_us)
+            add(_freed(ptr, size, end_us))
+        kept = _newest(trace, max_entries, segment_events)
         blocks = {p: s for p, s in t.last.items() if s > 0}
         carried = set()
         for ptr, size in live_start.items():  # live throughout, as far as the events tell
@@ -214,7 +213,7 @@ class History:
             "segments": [
                 _segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
             ],
-            "device_traces": [trace[-max_entries:]],
+            "device_traces": [kept if compact else expand(kept)],
             "allocator_settings": {},
         }
 
@@ -481,16 +480,35 @@ def _frame(state: Any) -> dict[str, Any]:
     return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
 
 
-def _entry(action: str, ptr: int, size: int, t_us: int) -> dict[str, Any]:
-    return {"action": action, "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+def _freed(ptr: int, size: int, t_us: int) -> dict[str, Any]:
+    return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
 
 
-def _bare_free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [_entry("free_requested", ptr, size, t_us), _entry("free_completed", ptr, size, t_us)]
-
-
-def _free_entries(ptr: int, size: int, t_us: int) -> list[dict[str, Any]]:
-    return [*_bare_free_entries(ptr, size, t_us), _entry("segment_free", ptr, size, t_us)]
+def _newest(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
+    """The block entries whose groups (an allocation: ``segment_alloc``, ``alloc``; a free:
+    ``free_requested``, ``free_completed``, ``segment_free``; without ``segments`` none of the
+    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``.
+    A group the cut runs through keeps its newer entries: where that leaves a free's
+    ``segment_free`` alone, it is in the list itself."""
+    alloc_group, free_group = (2, 3) if segments else (1, 2)
+    total = free_group * len(trace) - (free_group - alloc_group) * countOf(map(_ACTION, trace), "alloc")
+    first, cut = 0, max(total - max_entries, 0)
+    while cut and first < len(trace):  # groups wholly older than the window
+        size = alloc_group if trace[first]["action"] == "alloc" else free_group
+        if cut < size:
+            break
+        cut -= size
+        first += 1
+    kept = Compact(trace[first:])
+    kept.segments = segments
+    kept.companions = total - max(total - max_entries, 0) - len(kept)
+    if cut:
+        head = kept[0]
+        if segments and head["action"] == "free_completed" and cut == 2:  # its segment_free alone
+            kept[0] = {**head, "action": "segment_free"}
+        else:
+            kept.cut_first = True
+    return kept
 
 
 def _no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:

@@ -1,0 +1,125 @@
+"""The CPU route's compact trace (block entries now, the viewer's companions at the write) is the
+trace one pass would have built: entry for entry, labelled and stamped alike, with the same digest."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic.backends.cpu_history import History
+from memsnap_magic.categories import label_snapshot
+from memsnap_magic.compact import Compact, complete, entries, expand
+from memsnap_magic.intervals import digest
+from memsnap_magic.layout import stamp
+from memsnap_magic.roles import Roles
+
+BASE = 0x7F00_0000_0000
+ROLES = ("parameter", "gradient", "optimizer_state")
+
+
+@st.composite
+def histories(draw):
+    """Events of a small allocator (a few addresses, each live or not), the blocks live before it
+    began (some never mentioned, some freed, some whose address is reused unreported), what a walk
+    finds at the end, when some start blocks died, and roles seen along the way."""
+    slots = draw(st.integers(1, 6))
+    addrs = [BASE + 4096 * i for i in range(slots)]
+    live = {a: draw(st.integers(1, 3000)) for a in addrs if draw(st.booleans())}
+    live_start = dict(live)
+    events, t = [], 1_000_000
+    for _ in range(draw(st.integers(0, 40))):
+        a = draw(st.sampled_from(addrs))
+        t += draw(st.integers(1, 5000))
+        if a in live and draw(st.integers(0, 3)):
+            events.append((t, a, -live.pop(a)))
+        else:
+            live.pop(a, None)  # reused unreported: the start block there died silently
+            size = draw(st.integers(1, 3000))
+            live[a] = size
+            events.append((t, a, size))
+    live_end = {a: n for a, n in live.items() if draw(st.booleans())}
+    died = {a: draw(st.integers(1_000_000, t + 1)) for a in live_start if draw(st.integers(0, 3)) == 0}
+    pick = st.sampled_from(sorted({*live_start, *(e[1] for e in events)}) or [BASE])
+    seen = lambda: {  # noqa: E731
+        a: (draw(st.integers(1, 3000)), draw(st.sampled_from(ROLES))) for a in draw(st.lists(pick, max_size=3))
+    }
+    roles = Roles(start=seen(), timed=[(t // 1000 // 2, seen())], end=seen())
+    return live_start, events, live_end, died, roles, t
+
+
+def snapshot(history_args, max_entries: int, segments: bool, compact: bool) -> dict:
+    live_start, events, live_end, died, _, t = history_args
+    history = History(max_entries, dict(live_start))
+    history.add_events(events)
+    return history.snapshot(dict(live_end), t // 1000 + 7, max_entries, segments, died=dict(died), compact=compact)
+
+
+def groups(entry: dict, segments: bool) -> list[dict]:
+    """What one pass wrote for each block entry: its group, spelled out."""
+    fields = {k: v for k, v in entry.items() if k != "action"}
+    if entry["action"] == "alloc":
+        return ([{"action": "segment_alloc", **fields}] if segments else []) + [entry]
+    frees = ["free_requested", "free_completed"] + (["segment_free"] if segments else [])
+    return [{"action": a, **fields} for a in frees]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.integers(1, 120), st.booleans())
+def test_the_ring_keeps_the_newest_entries_of_the_whole_trace(args, max_entries, segments):
+    whole = snapshot(args, 10**9, segments, compact=True)["device_traces"][0]
+    # every block entry's group, as one pass writes them
+    assert expand(whole) == [g for e in whole for g in groups(e, segments)]
+    cut = snapshot(args, max_entries, segments, compact=True)
+    trace = cut["device_traces"][0]
+    assert type(trace) is Compact
+    assert entries(trace) == min(entries(whole), max_entries)
+    assert expand(trace) == expand(whole)[-max_entries:]
+    assert snapshot(args, max_entries, segments, compact=False)["device_traces"][0] == expand(trace)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.integers(1, 120), st.booleans(), st.booleans())
+def test_labels_marks_and_digest_are_those_of_the_whole_trace(args, max_entries, labelled, two_marks):
+    *_, roles, t = args
+    compact = snapshot(args, max_entries, True, compact=True)
+    whole = snapshot(args, max_entries, True, compact=False)
+    marks = [(0, "memsnap step 1")] + ([(t // 1000 // 2, "memsnap step 2")] if two_marks else [])
+    for snap in (compact, whole):
+        if labelled:
+            label_snapshot(snap, 0, roles, t // 1000 + 7)
+        stamp(snap, 0, marks)
+    d_compact, d_whole = digest(compact), digest(whole)
+    complete(compact)
+    assert compact == whole
+    assert plain(d_compact) == plain(d_whole)
+
+
+def plain(d: dict) -> dict:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in d.items()}
+
+
+def test_a_compact_trace_is_never_pickled_as_one_and_is_written_complete(tmp_path):
+    from memsnap_magic.snapshot import dump_snapshot, load_snapshot
+
+    args = ({}, [(1000, BASE, 64), (2000, BASE, -64), (3000, BASE + 4096, 32)], {BASE + 4096: 32}, {}, Roles(), 3000)
+    snap = snapshot(args, 100, True, compact=True)
+    with pytest.raises(TypeError, match="complete"):
+        pickle.dumps(snap["device_traces"][0])
+    whole = copy.deepcopy(snapshot(args, 100, True, compact=False))
+    dump_snapshot(snap, tmp_path / "s.pickle")
+    assert type(snap["device_traces"][0]) is list
+    assert load_snapshot(tmp_path / "s.pickle")["device_traces"] == whole["device_traces"]
+    assert [e["action"] for e in whole["device_traces"][0]] == [
+        "segment_alloc",
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_free",
+        "segment_alloc",
+        "alloc",
+    ]
