@@ -34,9 +34,11 @@ class CellCode:
     def __init__(self, shell: Any, header: str, body: str) -> None:
         self.shell = shell
         transformed = shell.transform_cell(body)
-        # Tracebacks show line 1 as the magic's line; Python parses it as a blank line.
+        # Line 1 is the magic's line, as a comment: the cell's own line numbers hold, and the
+        # cached source parses, as a plain cell's does (tracebacks read it for their variables
+        # and highlights, the Verbose mode's local values, every later call into its functions).
         self.filename = shell.compile.cache(
-            header + "\n" + transformed, cell_number(shell), raw_code=header + "\n" + body
+            "# " + header + "\n" + transformed, cell_number(shell), raw_code=header + "\n" + body
         )
         # IPython checks for a trailing ';' on the outer cell's code, a run_cell_magic(...) call.
         self._quiet = ends_with_semicolon(transformed)
@@ -106,6 +108,7 @@ class CellCode:
         except BaseException as e:
             codes = (*self._execs, *((self._eval,) if self._eval is not None else ()))
             _render_from_cell(self.shell, e, self.filename, codes)
+            _OuterFrames.drop_when_shown(self.shell, e, codes)
             drop_own_frame(e)
             raise
 
@@ -240,6 +243,46 @@ class _CellTraceback:
         while tb is not None and not found(tb.tb_frame.f_code):
             tb = tb.tb_next
         return tb
+
+
+class _OuterFrames:
+    """Takes the two frames a cell magic adds (the outer cell's ``run_cell_magic(...)`` line and
+    IPython's ``run_cell_magic``) off the traceback of the exception the body raised, when IPython
+    shows it: what it prints without ``_render_traceback_`` (a ``SyntaxError`` raised while running,
+    as importing a module with one; exception groups), ``sys.last_traceback`` and ``%debug`` then
+    hold the frames a plain cell's would. Those frames are added as the exception leaves us, so
+    the chain is mended in IPython's ``showtraceback``, once: the shell's own method is wrapped
+    for that call only (an exception the user caught instead disarms it at the next one)."""
+
+    def __init__(self, shell: Any, exc: BaseException, codes: tuple[Any, ...]) -> None:
+        self.shell, self.exc, self.codes = shell, exc, codes
+
+    @classmethod
+    def drop_when_shown(cls, shell: Any, exc: BaseException, codes: tuple[Any, ...]) -> None:
+        armed = vars(shell).get("showtraceback") if hasattr(shell, "__dict__") else None
+        if armed is not None and not isinstance(armed, cls):  # someone else's: left alone
+            return
+        with contextlib.suppress(Exception):
+            shell.showtraceback = cls(shell, exc, codes)
+
+    def __call__(self, exc_tuple: Any = None, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(AttributeError):
+            del self.shell.showtraceback
+        shown = exc_tuple[1] if exc_tuple is not None and len(exc_tuple) > 1 else sys.exc_info()[1]
+        if shown is self.exc:
+            with contextlib.suppress(Exception):
+                self._drop()
+        return self.shell.showtraceback(exc_tuple, *args, **kwargs)
+
+    def _drop(self) -> None:
+        head = self.exc.__traceback__  # where IPython caught it (run_code)
+        outer = head.tb_next if head is not None else None
+        magic = outer.tb_next if outer is not None else None
+        body = magic.tb_next if magic is not None else None
+        if body is None or body.tb_frame.f_code not in self.codes:
+            return  # not the ordinary %%memsnap cell (run from a loop of the user's, in %%time): as it is
+        if outer.tb_frame.f_code.co_name == "<module>" and magic.tb_frame.f_code.co_name == "run_cell_magic":
+            head.tb_next = body
 
 
 def _formatted(exc: BaseException) -> functools.partial[list[str]]:

@@ -184,7 +184,7 @@ def test_listed_steps_that_never_began_are_said(torch_ns, loop, said):
     # said from the cell's %%memsnap line, not from a line of ours
     (ours,) = [w for w in caught if "memsnap" in str(w.message)]
     assert ours.lineno == 1 and "memsnap_magic" not in ours.filename
-    assert linecache.getline(ours.filename, 1).startswith(f"%%memsnap steps={steps}")
+    assert linecache.getline(ours.filename, 1).startswith(f"# %%memsnap steps={steps}")  # parses, as a cell does
     assert [iv.step for iv in session().intervals] == ([] if steps == "1,2" else [1])
 
 
@@ -230,6 +230,78 @@ def test_our_frames_stay_out_of_the_traceback_tb_and_exception_groups(torch_ns, 
     sh.run_cell("raise _e")
     text = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert "----> 1 raise _e" in text and "----> 2 raise _e" in text  # the new cell's frame, then the old
+
+
+def _frames(tb) -> list[str]:
+    """The traceback's frames as (file kind, function): a cell's file named "cell"."""
+    return [
+        ("cell" if "ipython-input" in f.filename or "ipykernel" in f.filename else Path(f.filename).name, f.name)
+        for f in traceback.extract_tb(tb)
+    ]
+
+
+@pytest.mark.parametrize("kind", ["syntax error in an imported module", "exception group"])
+def test_errors_ipython_prints_itself_show_the_frames_a_plain_cell_shows(torch_ns, capsys, tmp_path, kind):
+    """A SyntaxError raised while running and exception groups are printed by IPython from the
+    whole traceback, not through _render_traceback_: the outer cell's run_cell_magic(...) line and
+    IPython's run_cell_magic frame showed there, and stayed in sys.last_traceback for %debug."""
+    sh = torch_ns
+    if kind.startswith("syntax"):
+        for name in ("bad_plain", "bad_recorded"):
+            (tmp_path / f"{name}.py").write_text("x = 1\ndef broken(:\n    pass\n")
+        sys.path.insert(0, str(tmp_path))
+        try:
+            plain, recorded = "import bad_plain", "%%memsnap step=1\nimport bad_recorded"
+            results = [sh.run_cell(code, store_history=True) for code in (plain, "x = 0")][:1]
+            shown_plain = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+            frames_plain = _frames(sys.last_traceback)
+            results.append(sh.run_cell(recorded, store_history=True))
+        finally:
+            sys.path.remove(str(tmp_path))
+        out = capsys.readouterr()
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
+        assert all(isinstance(r.error_in_exec, SyntaxError) for r in results)
+        assert "def broken(:" in shown and shown.count("Cell In[") == shown_plain.count("Cell In[") == 1
+        frames = _frames(sys.last_traceback)
+        assert [f for f in frames if f[0] != "bad_recorded.py"] == [f for f in frames_plain if f[0] != "bad_plain.py"]
+    else:
+        if sys.version_info < (3, 11):
+            pytest.skip("exception groups are Python 3.11's")
+        code = 'raise ExceptionGroup("grp", [ValueError("a"), TypeError("b")])'
+        sh.run_cell(code, store_history=True)
+        capsys.readouterr()
+        frames_plain = _frames(sys.last_traceback)
+        res = sh.run_cell("%%memsnap step=1\n" + code, store_history=True)
+        assert type(res.error_in_exec).__name__ == "ExceptionGroup"
+        out = capsys.readouterr()
+        shown = out.out + out.err
+        assert "ExceptionGroup: grp (2 sub-exceptions)" in shown
+        frames = _frames(sys.last_traceback)
+        assert frames == frames_plain
+    assert "run_cell_magic" not in shown
+    # an exception the user catches leaves IPython's showtraceback as it was
+    sh.run_cell("%%memsnap step=2\ntry:\n    1/0\nexcept ZeroDivisionError:\n    pass")
+    assert "showtraceback" not in vars(sh)
+
+
+def test_functions_from_a_recorded_cell_show_their_variables_in_tracebacks(torch_ns, capsys):
+    """The cell's source in the line cache parses as Python, as a plain cell's does: IPython's
+    Verbose tracebacks read it for local values (and highlights), in that cell and in every later
+    call into the functions it defined."""
+    sh = torch_ns
+    sh.run_cell("%xmode Verbose")
+    sh.run_cell("%%memsnap step=1\ndef f(a):\n    b = 40 + 1\n    return b / a", store_history=True)
+    sh.run_cell("def g(a):\n    c = 42 + 1\n    return c / a", store_history=True)
+    capsys.readouterr()
+    texts = []
+    for call in ("f(0)", "g(0)"):
+        sh.run_cell(call, store_history=True)
+        texts.append(re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out))
+    sh.run_cell("%xmode Context")
+    recorded, plain = texts
+    assert "c = 43" in plain and "b = 41" in recorded
+    res = sh.run_cell("%%memsnap step=2\nq = 1\nq / 0", store_history=True)
+    assert isinstance(res.error_in_exec, ZeroDivisionError)
 
 
 def test_an_exception_from_a_recorded_cell_can_be_pickled_and_copied(torch_ns, capsys):
