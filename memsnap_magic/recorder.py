@@ -228,6 +228,7 @@ class Recorder:
         self.where, self._where_ours = here, ours
         # every check before anything changes: a refused block leaves a clear=false history running
         self._rank = resolve_rank(o.rank)
+        step = o.step if o.step is not None or self.steps is not None else self._next_step()
         training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
@@ -250,7 +251,7 @@ class Recorder:
         backend.owner = self
         try:
             if self.steps is None:  # the one place a step number is picked
-                self._current = o.step if o.step is not None else self.session.next_step(o.run or "")
+                self._current = step
                 # made before recording starts: its walks stay out of the trace
                 self._watch = self._quietly(self._new_watch, backend, training)
                 self._usage = self._quietly(backend.usage)
@@ -326,6 +327,20 @@ class Recorder:
                 else:
                     STATE.chains.pop(backend.device, None)
                     STATE.chain_steps.pop(backend.device, None)
+
+    def _next_step(self) -> int:
+        """The step after the run's highest, which a file loaded into it may have set."""
+        from .layout import MAX_STEP
+
+        run = self.options.run
+        step = self.session.next_step(run or "")
+        if step >= MAX_STEP:
+            where = f"run {run!r}" if run else "this session"
+            raise opts.OptionError(
+                f"{where} already holds step {step - 1:,}, the highest a file can hold; "
+                f"give step= (0 to {MAX_STEP - 1:,}) or another run="
+            )
+        return step
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""

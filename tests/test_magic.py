@@ -352,6 +352,20 @@ def test_a_body_named_like_its_cell_still_shows_one_traceback(torch_ns, capsys, 
     assert "run_cell_magic" not in text and "skipping hidden" not in text
 
 
+def test_no_default_step_past_the_highest_a_file_can_hold(torch_ns):
+    """The step after 2**31-1 (set by step= or by a file loaded into the run) was written into
+    a file no reader accepts, and the folder stopped loading: it is refused, the cell unrun."""
+    sh = torch_ns
+    assert run(sh, "%%memsnap step=2147483647\nx = 1").success
+    res = sh.run_cell("%%memsnap\nran = True")
+    assert isinstance(res.error_in_exec, UsageError) and "ran" not in sh.user_ns
+    assert "already holds step 2,147,483,647" in str(res.error_in_exec) and "give step=" in str(res.error_in_exec)
+    assert run(sh, "%%memsnap run=other\nran = True").success  # another run counts from 1
+    wait_for_writes()
+    assert [iv.step for iv in session().intervals] == [2147483647, 1]
+    assert sorted(p.parent.name for p in Path("memsnap").rglob("*.pickle")) == ["step1", "step2147483647"]
+
+
 def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):
     res = run(torch_ns, "%%memsnap step=1\nw = torch.ones(10)\nraise KeyboardInterrupt")
     assert isinstance(res.error_in_exec, KeyboardInterrupt)
