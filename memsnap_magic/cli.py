@@ -56,7 +56,9 @@ _RECORD_KEYS = (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        self.exit(2, f"memsnap: {message} (see memsnap --help)\n")
+        from .readable import one_line  # argparse quotes what was typed: a file name from a glob, say
+
+        self.exit(2, f"memsnap: {one_line(message, 500)} (see memsnap --help)\n")
 
 
 def _session(paths: Sequence[str], jobs: int = 1) -> Any:

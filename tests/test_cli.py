@@ -101,6 +101,8 @@ def test_diff_names_the_site_that_grew(verl_folder, capsys):
         (["diff", "--top", "-1", "a", "b"], "--top: '-1': give a whole number of 0 or more"),
         (["diff", "/", "/"], "diff /: a folder; diff compares two snapshot files"),
         (["summarize", ""], "'': no such file or folder"),  # an unset $DIR: not the working directory
+        # a file name a glob passed on, which argparse took for an option: quoted cleaned, on one line
+        (["summarize", "x.pickle", "--\x1b[31mx\ny.pickle"], "unrecognized arguments: --?[31mx y.pickle"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, words):
