@@ -297,6 +297,19 @@ def test_showing_a_dashboard_again_leaves_one_live(session):
     assert [label for label, _ in new.step.options][-1] == "4"
 
 
+def test_a_superseded_still_copy_keeps_the_words_of_its_picture(session):
+    """After %memsnap reset and a new show, the old still copy said "no steps yet" beside the old
+    picture and headline: its words are those of what it drew."""
+    old = Dashboard(session)
+    words = old._still_bundle()["text/plain"]
+    session.reset()
+    Dashboard(session)
+    assert old.superseded
+    after = old._still_bundle()
+    assert "as of step 3 (3 steps)" in after["text/plain"] and "no steps yet" not in after["text/plain"]
+    assert after["text/plain"] == words and "superseded by a newer dashboard" in after["text/html"]
+
+
 def _png_point(fig, ax, x, y):
     """Where data point (x, y) of ``ax`` lies in the figure's PNG, in its pixels (as ipyevents'
     dataX/dataY report it for an Image widget, whatever size the page shows it at)."""
