@@ -36,6 +36,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
@@ -70,19 +71,46 @@ def beside(snapshot: Path) -> Path:
     return snapshot.with_name(snapshot.name + SUFFIX)
 
 
-def cache_dir() -> Path:
-    """``$MEMSNAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsnap`` (an absolute one), else ``~/.cache/memsnap``."""
+def cache_dir() -> Path | None:
+    """``$MEMSNAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/memsnap``, else ``~/.cache/memsnap``: absolute
+    paths only (a relative one would put the cache in whatever folder the user is in, their
+    dumps' among them); None when none is given and there is no home directory to find."""
     given = os.environ.get("MEMSNAP_CACHE_DIR")
-    if given:
+    if given and os.path.isabs(given):
         return Path(given)
+    if given:
+        STATE.warn_once(
+            "summary cache relative",
+            f"memsnap: ignoring $MEMSNAP_CACHE_DIR={clean(excerpt(given, 100))}: not an absolute path",
+        )
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "memsnap"  # relative: ignored (XDG)
+    if os.path.isabs(xdg):
+        return Path(xdg) / "memsnap"
+    home = _home()
+    return Path(home) / ".cache" / "memsnap" if home is not None else None
 
 
-def cached(snapshot: Path) -> Path:
-    """Where a snapshot's summary is cached: named by a hash of its absolute path."""
+def _home() -> str | None:
+    """$HOME where set and absolute, else the account's home directory, else None (a container
+    run as a user id with no account and no $HOME)."""
+    home = os.environ.get("HOME")
+    if not home:
+        try:
+            import pwd
+
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (ImportError, KeyError, OSError):  # no such account; no pwd module (Windows)
+            home = os.path.expanduser("~") if sys.platform == "win32" else None
+    return home if home and os.path.isabs(home) else None
+
+
+def cached(snapshot: Path) -> Path | None:
+    """Where a snapshot's summary is cached: named by a hash of its absolute path (None: nowhere)."""
+    folder = cache_dir()
+    if folder is None:
+        return None
     key = hashlib.sha256(os.fsencode(os.path.abspath(snapshot))).hexdigest()[:32]
-    return cache_dir() / f"{key}.json"
+    return folder / f"{key}.json"
 
 
 def fingerprint(st: os.stat_result) -> dict[str, int]:
@@ -95,6 +123,8 @@ def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:
     """The digest of ``snapshot`` (as ``stat`` found it) from its summary beside it or in the
     cache, or None when neither belongs to it."""
     for where, cache in ((beside(snapshot), False), (cached(snapshot), True)):
+        if where is None:  # no cache folder: said when a summary would be stored
+            continue
         try:
             obj = _load(where)
         except (FileNotFoundError, NotADirectoryError):  # none there (a cache that is a file: said by store)
@@ -126,8 +156,16 @@ def write_beside(snapshot: Path, d: dict[str, Any]) -> Path:
 
 def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
     """Cache ``snapshot``'s summary; a cache that cannot be written is said once, never raised."""
+    target = cached(snapshot)
+    if target is None:
+        STATE.warn_once(
+            "summary cache none",
+            "memsnap: no folder to cache summaries in (no $HOME, and no home directory for this user): "
+            "set $MEMSNAP_CACHE_DIR to a writable folder",
+        )
+        return
     try:
-        _write(cached(snapshot), encode(d, st, os.path.abspath(snapshot)))
+        _write(target, encode(d, st, os.path.abspath(snapshot)))
     except OSError as e:
         _cache_unusable(e)
     except (ValueError, TypeError, RecursionError) as e:  # a figure JSON cannot hold: read it afresh next time
@@ -135,10 +173,10 @@ def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
 
 
 def _cache_unusable(e: OSError) -> None:
-    folder = cache_dir()
+    folder = cache_dir() or "?"
     STATE.warn_once(
         f"summary cache {folder}",
-        f"memsnap: cannot cache summaries in {clean(str(folder))}: {e.strerror or e}; "
+        f"memsnap: cannot cache summaries in {clean(excerpt(str(folder), 120))}: {e.strerror or e}; "
         "set $MEMSNAP_CACHE_DIR to a writable folder",
     )
 

@@ -266,6 +266,40 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch):
     assert summaries.cache_dir() == Path("/abs/cache/memsnap")
 
 
+def test_a_relative_cache_dir_is_ignored_and_no_home_means_no_cache(tmp_path, monkeypatch):
+    """A relative $MEMSNAP_CACHE_DIR put the cache into whatever folder the user was in (their
+    dumps' folder among them); with no $HOME and no account for the user id, finding the home
+    directory raised out of every read (a traceback from the CLI)."""
+    import pwd
+
+    folder = verl_folder(tmp_path, steps=(1, 2), ranks=(0,))
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("MEMSNAP_CACHE_DIR", ".")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    STATE.warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        read_intervals([folder])
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "not an absolute path" in messages[0]
+    assert not list(folder.rglob("*.json")) and len(list((tmp_path / "xdg" / "memsnap").glob("*.json"))) == 2
+    for name in ("MEMSNAP_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_account(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_account)
+    assert summaries.cache_dir() is None
+    STATE.warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = read_intervals([folder])
+    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(messages) == 1 and "no folder to cache summaries in" in messages[0]
+    assert [iv.step for iv in loaded] == [1, 2] and not list(folder.rglob("*.json"))
+
+
 # Hostile summaries: any value anywhere in a summary that matches its file is either refused
 # (a warning, the snapshot read instead) or shows without an error wherever intervals are shown.
 _JSON = st.recursive(
