@@ -60,6 +60,11 @@ def _line(frame: dict[str, Any]) -> int | str:
 _cell_numbers: dict[str, int] = {}
 
 
+def cell_numbers() -> dict[str, int]:
+    """The cells' numbers read from now on (a copy: what a worker process is given)."""
+    return dict(_cell_numbers)
+
+
 def know_cells(numbers: dict[str, int] | None) -> None:
     """Read notebook cells' numbers from ``numbers`` (an IPython compiler's filename map) from now on."""
     global _cell_numbers

@@ -11,12 +11,14 @@ the same either way: the first bad file in order raises.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .intervals import Interval, digest_file, interval_from_digest
 from .layout import find_snapshots
+from .readable import know_cells
 from .snapshot import SnapshotError
 
 
@@ -108,13 +110,22 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
+    from .readable import cell_numbers
+
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     done: dict[int, dict[str, Any] | SnapshotError] = {}
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+    said: set[str] = set()
+    context = multiprocessing.get_context(method)
+    start = (cell_numbers(), dict(os.environ))
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start, initargs=start) as pool:
         futures = {pool.submit(_digest_or_error, path): n for n, path in enumerate(files)}
         try:
             for future in as_completed(futures):
-                done[futures[future]] = future.result()
+                done[futures[future]], words = future.result()
+                for category, message in words:  # said here, once, as one process says them
+                    if message not in said:
+                        said.add(message)
+                        warnings.warn(message, category, stacklevel=2)
                 if bar is not None:
                     bar.update()
         except BrokenProcessPool:
@@ -126,12 +137,25 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
     yield from sorted(done.items())
 
 
-def _digest_or_error(path: Path) -> dict[str, Any] | SnapshotError:
-    """A worker's job: the file's digest, or its error returned, so the parent raises the first."""
-    try:
-        return digest_file(path)
-    except SnapshotError as e:
-        return e
+def _worker_start(cells: dict[str, int], environ: dict[str, str]) -> None:
+    """A worker reads as this process does: its environment now (a forkserver's children have the
+    server's, from when it started: a limit set since in a notebook would not hold there), and
+    the notebook cells' numbers a kernel knows."""
+    os.environ.clear()
+    os.environ.update(environ)
+    know_cells(cells)
+
+
+def _digest_or_error(path: Path) -> tuple[dict[str, Any] | SnapshotError, list[tuple[type[Warning], str]]]:
+    """A worker's job: the file's digest, or its error returned, so the parent raises the first;
+    and the warnings reading it gave, for the parent to say."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result: dict[str, Any] | SnapshotError = digest_file(path)
+        except SnapshotError as e:
+            result = e
+    return result, [(w.category, str(w.message)) for w in caught]
 
 
 def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[Interval]:

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from snapshots import value_paths
 
 from memsnap_magic import intervals, scan, summaries, wait_for_writes
+from memsnap_magic import snapshot as snapshot_module
+from memsnap_magic.backends.cpu_history import _segment
 from memsnap_magic.cli import main
 from memsnap_magic.recorder import Recorder
 from memsnap_magic.scan import read_intervals
@@ -352,6 +354,37 @@ def test_parallel_scan_gives_what_a_serial_scan_gives(tmp_path, summary_cache, m
     for a, b in zip(parallel, serial):
         same(a, b)
     assert parallel[3].oom is not None  # step 2, rank 1: the real OOM dump
+
+
+def test_parallel_scan_names_cells_and_warns_as_a_serial_scan_does(tmp_path, summary_cache, monkeypatch):
+    """Workers knew neither the kernel's cell numbers (a site read `notebook cell <hash>:13`
+    there, `cell In[4]:13` here, and whichever came first was cached) nor the CLI's one-line
+    warnings (each worker printed its own, in Python's two-line form)."""
+    from memsnap_magic import readable
+
+    cell = "/tmp/ipykernel_4242/3196435227.py"
+    for n in (1, 2, 3):
+        frames = [{"filename": cell, "line": 13, "name": "train_step"}]
+        alloc = {"action": "alloc", "addr": 4096 * n, "size": 4 << 20, "stream": 0, "time_us": n, "frames": frames}
+        snap = {"segments": [_segment(4096 * n, 4 << 20, frames)], "device_traces": [[alloc]]}
+        dump_snapshot(snap, tmp_path / f"step{n}" / "torch_memory_rank0.pickle")
+    monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(readable, "_cell_numbers", {cell: 4})
+    monkeypatch.setenv("MEMSNAP_MAX_FILE_BYTES", "10GB")  # malformed: said once, the default used
+    runs = []
+    for jobs in (2, 1):
+        for cached in summary_cache.glob("*.json"):
+            cached.unlink()
+        snapshot_module._ignored_limit.cache_clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = read_intervals([tmp_path], jobs=jobs)
+        runs.append(
+            ([iv.kept_by_site for iv in loaded], [str(w.message) for w in caught if "memsnap" in str(w.message)])
+        )
+    (sites, said), (serial_sites, serial_said) = runs
+    assert sites == serial_sites and sites[0][0][0] == "train_step (cell In[4]:13)"
+    assert said == serial_said and len(said) == 1 and "MEMSNAP_MAX_FILE_BYTES" in said[0]
 
 
 def test_parallel_scan_raises_the_first_bad_file_as_serial_does(tmp_path, summary_cache, monkeypatch):
