@@ -108,7 +108,7 @@ class CellCode:
         except BaseException as e:
             codes = (*self._execs, *((self._eval,) if self._eval is not None else ()))
             _render_from_cell(self.shell, e, self.filename, codes)
-            _OuterFrames.drop_when_shown(self.shell, e, codes)
+            _OuterFrames.drop_when_shown(self.shell, codes)
             drop_own_frame(e)
             raise
 
@@ -252,35 +252,37 @@ class _OuterFrames:
     as importing a module with one; exception groups), ``sys.last_traceback`` and ``%debug`` then
     hold the frames a plain cell's would. Those frames are added as the exception leaves us, so
     the chain is mended in IPython's ``showtraceback``, once: the shell's own method is wrapped
-    for that call only (an exception the user caught instead disarms it at the next one)."""
+    for that call only. The exception is known by the body's code objects its traceback runs
+    through, not held: one the user caught and dropped (a search for the largest batch that fits)
+    is freed with its frames, and the next call disarms."""
 
-    def __init__(self, shell: Any, exc: BaseException, codes: tuple[Any, ...]) -> None:
-        self.shell, self.exc, self.codes = shell, exc, codes
+    def __init__(self, shell: Any, codes: tuple[Any, ...]) -> None:
+        self.shell, self.codes = shell, codes
 
     @classmethod
-    def drop_when_shown(cls, shell: Any, exc: BaseException, codes: tuple[Any, ...]) -> None:
+    def drop_when_shown(cls, shell: Any, codes: tuple[Any, ...]) -> None:
         armed = vars(shell).get("showtraceback") if hasattr(shell, "__dict__") else None
         if armed is not None and not isinstance(armed, cls):  # someone else's: left alone
             return
         with contextlib.suppress(Exception):
-            shell.showtraceback = cls(shell, exc, codes)
+            shell.showtraceback = cls(shell, codes)
 
     def __call__(self, exc_tuple: Any = None, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.suppress(AttributeError):
+        if vars(self.shell).get("showtraceback") is self:  # never a hook set over ours since
             del self.shell.showtraceback
         shown = exc_tuple[1] if exc_tuple is not None and len(exc_tuple) > 1 else sys.exc_info()[1]
-        if shown is self.exc:
+        if isinstance(shown, BaseException):
             with contextlib.suppress(Exception):
-                self._drop()
-        return self.shell.showtraceback(exc_tuple, *args, **kwargs)
+                self._drop(shown)
+        return type(self.shell).showtraceback(self.shell, exc_tuple, *args, **kwargs)
 
-    def _drop(self) -> None:
-        head = self.exc.__traceback__  # where IPython caught it (run_code)
+    def _drop(self, exc: BaseException) -> None:
+        head = exc.__traceback__  # where IPython caught it (run_code)
         outer = head.tb_next if head is not None else None
         magic = outer.tb_next if outer is not None else None
         body = magic.tb_next if magic is not None else None
         if body is None or body.tb_frame.f_code not in self.codes:
-            return  # not the ordinary %%memsnap cell (run from a loop of the user's, in %%time): as it is
+            return  # not this body's, or not the ordinary %%memsnap cell (run from a loop, in %%time): as it is
         if outer.tb_frame.f_code.co_name == "<module>" and magic.tb_frame.f_code.co_name == "run_cell_magic":
             head.tb_next = body
 

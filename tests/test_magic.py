@@ -284,6 +284,20 @@ def test_errors_ipython_prints_itself_show_the_frames_a_plain_cell_shows(torch_n
     assert "showtraceback" not in vars(sh)
 
 
+def test_an_exception_caught_around_the_magic_is_freed_with_its_frames(torch_ns, capsys):
+    """Mending the traceback when IPython shows it must not keep an exception the user caught
+    (a search for the largest batch that fits): its frames hold the failed attempt's tensors."""
+    sh = torch_ns
+    f = "def f():\n    big = torch.ones(2**20)\n    refs.append(weakref.ref(big))\n    raise RuntimeError('too big')"
+    sh.run_cell("import gc, weakref\nrefs = []\n" + f)
+    attempt = "get_ipython().run_cell_magic('memsnap', 'step=1', 'f()')"
+    res = sh.run_cell(f"try:\n    {attempt}\nexcept RuntimeError:\n    pass\ngc.collect()")
+    assert res.success and sh.user_ns["refs"][0]() is None
+    res = sh.run_cell("1/0", store_history=True)  # shown as any error; nothing of ours left armed after it
+    assert isinstance(res.error_in_exec, ZeroDivisionError) and "showtraceback" not in vars(sh)
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+
 def test_functions_from_a_recorded_cell_show_their_variables_in_tracebacks(torch_ns, capsys):
     """The cell's source in the line cache parses as Python, as a plain cell's does: IPython's
     Verbose tracebacks read it for local values (and highlights), in that cell and in every later
