@@ -32,7 +32,7 @@ TAG_PATTERN = r"\w[\w.-]{0,99}"
 NAME_BYTES = 180
 MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
 # ASCII digits only: \d would read step٣ (Arabic-Indic) as step 3
-_STEP = re.compile(r"^step([0-9]{1,9})$")
+_STEP = re.compile(r"^step([0-9]{1,10})$")  # ten digits: up to the highest step, 2,147,483,647
 _RANK = re.compile(r"(?:^|_)rank([0-9]{1,9})(?=[_.-]|$)")
 _TAG = re.compile(rf"^({TAG_PATTERN})_rank[0-9]{{1,9}}(?=[_.-]|$)")
 
@@ -66,20 +66,27 @@ class PathInfo:
 
 def parse_path(path: str | os.PathLike[str]) -> PathInfo:
     path = Path(path)
-    step, tag = _STEP.match(path.parent.name), _TAG.match(path.name)
+    step, tag = _step_folder(path.parent.name), _TAG.match(path.name)
     ranks = _RANK.findall(path.name)  # the last: a tag may itself say "rank0" ("rank0_rank3_...")
     return PathInfo(
-        step=int(step.group(1)) if step else None,
+        step=step,
         rank=int(ranks[-1]) if ranks else None,
         tag=tag.group(1) if tag else None,
     )
+
+
+def _step_folder(name: str) -> int | None:
+    """The step a folder named ``step<N>`` holds, N a step a file can hold; else None."""
+    found = _STEP.match(name)
+    step = int(found.group(1)) if found else None
+    return step if step is not None and step < MAX_STEP else None
 
 
 def folder_run(path: str | os.PathLike[str]) -> str:
     """The run a file without a recorded one belongs to: the folder holding its step folder
     (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``."""
     folder = Path(path).resolve().parent
-    if _STEP.match(folder.name):
+    if _step_folder(folder.name) is not None:
         folder = folder.parent
     return run_name(folder.name) or "loaded"
 
@@ -288,7 +295,7 @@ def _inside(folder: Path) -> list[Path]:
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False) or (
-                    _STEP.match(entry.name) and entry.is_symlink() and entry.is_dir()
+                    _step_folder(entry.name) is not None and entry.is_symlink() and entry.is_dir()
                 ):
                     stack.append(entry.path)
                 elif os.path.splitext(entry.name)[1] in SUFFIXES and entry.is_file():

@@ -378,6 +378,10 @@ def test_no_default_step_past_the_highest_a_file_can_hold(torch_ns):
     wait_for_writes()
     assert [iv.step for iv in session().intervals] == [2147483647, 1]
     assert sorted(p.parent.name for p in Path("memsnap").rglob("*.pickle")) == ["step1", "step2147483647"]
+    from memsnap_magic.scan import read_intervals
+
+    read = read_intervals([Path("memsnap")])  # and read back: the step its folder names
+    assert sorted((iv.step, iv.run) for iv in read) == [(1, "other"), (2147483647, "memsnap")]
 
 
 def test_keyboard_interrupt_is_dumped_and_reraised(torch_ns):

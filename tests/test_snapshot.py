@@ -132,6 +132,8 @@ def test_corrupted_files_raise_only_snapshot_error(tmp_path, flips, cut):
         ("out/rank4.pkl", None, 4, None),
         ("step1/cranky7.pickle", 1, None, None),  # "rank" inside a word is no rank
         ("stepX/a_rank99999999999.pickle", None, None, None),  # beyond any rank: not read as one
+        ("step2147483647/x_rank0.pickle", 2147483647, 0, "x"),  # the highest step a file holds
+        ("step2147483648/x_rank0.pickle", None, 0, "x"),  # past it: no step
     ],
 )
 def test_the_path_names_step_rank_and_tag_as_verl_writes_them(path, step, rank, tag):
