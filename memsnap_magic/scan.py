@@ -20,6 +20,7 @@ from .intervals import Interval, digest_file, interval_from_digest
 from .layout import find_snapshots
 from .readable import know_cells
 from .snapshot import SnapshotError
+from .state import STATE
 
 
 def read_interval(path: Path, position: int) -> Interval:
@@ -114,7 +115,6 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     done: dict[int, dict[str, Any] | SnapshotError] = {}
-    said: set[str] = set()
     context = multiprocessing.get_context(method)
     start = (cell_numbers(), dict(os.environ))
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start, initargs=start) as pool:
@@ -122,10 +122,8 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
         try:
             for future in as_completed(futures):
                 done[futures[future]], words = future.result()
-                for category, message in words:  # said here, once, as one process says them
-                    if message not in said:
-                        said.add(message)
-                        warnings.warn(message, category, stacklevel=2)
+                for message in words:  # said here, once a process, as reading here says them
+                    STATE.warn_once(f"worker: {message}", message)
                 if bar is not None:
                     bar.update()
         except BrokenProcessPool:
@@ -146,7 +144,7 @@ def _worker_start(cells: dict[str, int], environ: dict[str, str]) -> None:
     know_cells(cells)
 
 
-def _digest_or_error(path: Path) -> tuple[dict[str, Any] | SnapshotError, list[tuple[type[Warning], str]]]:
+def _digest_or_error(path: Path) -> tuple[dict[str, Any] | SnapshotError, list[str]]:
     """A worker's job: the file's digest, or its error returned, so the parent raises the first;
     and the warnings reading it gave, for the parent to say."""
     with warnings.catch_warnings(record=True) as caught:
@@ -155,7 +153,7 @@ def _digest_or_error(path: Path) -> tuple[dict[str, Any] | SnapshotError, list[t
             result: dict[str, Any] | SnapshotError = digest_file(path)
         except SnapshotError as e:
             result = e
-    return result, [(w.category, str(w.message)) for w in caught]
+    return result, [str(w.message) for w in caught]
 
 
 def in_step_order(intervals: Iterable[Interval], by_time: bool = False) -> list[Interval]:

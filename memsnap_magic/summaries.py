@@ -91,16 +91,21 @@ def cache_dir() -> Path | None:
 
 
 def _home() -> str | None:
-    """$HOME where set and absolute, else the account's home directory, else None (a container
-    run as a user id with no account and no $HOME)."""
+    """$HOME where set and absolute, else the account's home directory (Windows: as
+    ``Path.home()`` finds it), else None (a container run as a user id with no account)."""
+    if sys.platform == "win32":
+        try:
+            return str(Path.home())
+        except RuntimeError:
+            return None
     home = os.environ.get("HOME")
-    if not home:
+    if not (home and os.path.isabs(home)):
         try:
             import pwd
 
             home = pwd.getpwuid(os.getuid()).pw_dir
-        except (ImportError, KeyError, OSError):  # no such account; no pwd module (Windows)
-            home = os.path.expanduser("~") if sys.platform == "win32" else None
+        except (KeyError, OSError):  # no account for this user id
+            return None
     return home if home and os.path.isabs(home) else None
 
 

@@ -287,6 +287,8 @@ def test_a_relative_cache_dir_is_ignored_and_no_home_means_no_cache(tmp_path, mo
     assert not list(folder.rglob("*.json")) and len(list((tmp_path / "xdg" / "memsnap").glob("*.json"))) == 2
     for name in ("MEMSNAP_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", "relative/home")  # as unset: the account's home directory
+    assert summaries.cache_dir() == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "memsnap"
 
     def no_account(uid):
         raise KeyError(f"getpwuid(): uid not found: {uid}")
@@ -376,6 +378,7 @@ def test_parallel_scan_names_cells_and_warns_as_a_serial_scan_does(tmp_path, sum
         for cached in summary_cache.glob("*.json"):
             cached.unlink()
         snapshot_module._ignored_limit.cache_clear()
+        STATE.warned.clear()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loaded = read_intervals([tmp_path], jobs=jobs)
