@@ -23,11 +23,13 @@ class Compact(list):  # type: ignore[type-arg]
     a ``segment_alloc`` before, frees a ``segment_free`` after; every free a ``free_requested``
     before). ``cut_first``: the ring cut the first entry's group, so what came before that
     entry in it is not written (a kept ``segment_free`` of a group whose ``free_completed`` was cut
-    is in the list itself). ``companions``: how many entries completing adds."""
+    is in the list itself). ``companions``: how many entries completing adds. ``marked``: how
+    many of its first entries were given their step's mark as they were built."""
 
     segments: bool = True
     cut_first: bool = False
     companions: int = 0
+    marked: int = 0
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Compact trace is written completed: compact.complete(snapshot) first")

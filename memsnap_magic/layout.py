@@ -226,7 +226,11 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
     step begun by its time. One string object per step: the pickle stores each once."""
     import bisect
 
+    from .compact import Compact
+
     trace = snap["device_traces"][index]
+    if type(trace) is Compact and trace.marked:  # built marked: only what was added since
+        trace = trace[trace.marked :]
     if len(marks) == 1:  # one step: every entry is its
         mark = marks[0][1]
         for entry in trace:

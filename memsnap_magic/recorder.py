@@ -580,9 +580,14 @@ class Recorder:
             )
             return
         end_us = time.time_ns() // 1000
+        from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
+
+        # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
+        chained = STATE.chain_steps.get(backend.device)
+        mark = step_mark(step, o.run) if chained is None or not chained.marks else None
         try:
             usage = self._quietly(backend.usage)
-            snap = self._quietly(backend.snapshot)
+            snap = self._quietly(backend.snapshot_marked, mark)
         finally:
             if watch is not None:  # its hooks come off the optimizers whatever happens next
                 self._quietly(watch.detach)
@@ -590,7 +595,6 @@ class Recorder:
 
         from .backends.registry import trace_index
         from .intervals import digest, interval_from_digest
-        from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
         from .writer import WRITER
 
         if snap is None:

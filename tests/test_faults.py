@@ -104,10 +104,11 @@ def test_two_kernels_writing_to_one_folder_keep_both_files(tmp_path):
 def test_snapshot_that_cannot_be_taken_never_fails_the_cell(shell, monkeypatch):
     from memsnap_magic.backends.cpu import CpuBackend
 
-    def broken(self):
+    def broken(self, *mark):
         raise RuntimeError("profiler went away")
 
     monkeypatch.setattr(CpuBackend, "snapshot", broken)
+    monkeypatch.setattr(CpuBackend, "snapshot_marked", broken)  # what the recorder calls
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = shell.run_cell("%%memsnap\nanswer = 42")

@@ -76,6 +76,12 @@ class Backend(ABC):
     def snapshot(self) -> dict[str, Any]:
         """The snapshot dict of everything recorded so far; recording goes on."""
 
+    def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
+        """``snapshot()``, its entries given ``mark`` as their ``user_metadata`` where this
+        backend builds them (cheaper than ``layout.stamp`` adding a key to each afterwards);
+        else unmarked, for ``stamp``. ``mark`` None: several steps' marks, ``stamp``'s job."""
+        return self.snapshot()
+
     def abandon(self) -> None:
         """Give up the interval a thread that has ended was recording (``thread_bound``
         backends: only that thread could have stopped it); nothing is dumped."""

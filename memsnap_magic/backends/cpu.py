@@ -468,6 +468,9 @@ class CpuBackend(Backend):
         return {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}, found
 
     def snapshot(self) -> dict[str, Any]:
+        return self.snapshot_marked(None)
+
+    def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
         """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
         if self._profiler.running:
             roots = self._profiler.stop()
@@ -488,7 +491,7 @@ class CpuBackend(Backend):
         gone = self._watch.gone(hidden)
         live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
         snap = self._history.snapshot(
-            live_end, time.time_ns() // 1000, self._max_entries, died=self._died, compact=True
+            live_end, time.time_ns() // 1000, self._max_entries, died=self._died, compact=True, mark=mark
         )
         self.freed_unseen = self._history.freed_unseen
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]

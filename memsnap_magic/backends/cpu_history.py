@@ -22,6 +22,7 @@ from operator import attrgetter, countOf, is_, itemgetter, not_
 from typing import TYPE_CHECKING, Any
 
 from ..compact import Compact, expand
+from ..layout import MARK_KEY
 from ..nogc import no_gc
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
@@ -139,6 +140,7 @@ class History:
         segment_events: bool = True,
         died: dict[int, int] | None = None,
         compact: bool = False,
+        mark: str | None = None,
     ) -> dict[str, Any]:
         """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
 
@@ -148,7 +150,8 @@ class History:
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
         ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
-        ``compact.complete`` (before the file is written); else it is complete.
+        ``compact.complete`` (before the file is written); else it is complete. ``mark``: the
+        ``user_metadata`` of every entry (``layout.stamp``'s, given here where one step is held).
         """
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
@@ -174,34 +177,72 @@ class History:
         }
         stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
         # The block entries only (an allocation's ``alloc``, a free's ``free_completed``): their
-        # companions are copies of them (``compact``)
-        trace: list[dict[str, Any]] = []
-        add = trace.append  # entries written out here, not by helpers: a call per entry was half the build
-        for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
-            t_us = t_ns // 1000
-            if before and index in before:
-                for gone, gone_size, gone_us in before.pop(index):
-                    del pending[gone]
-                    add(_freed(gone, gone_size, gone_us))
-            if size > 0:
-                alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-                add(alloc)
-                frames = stacks.get(index) if stacks else None
-                if frames is not None:
-                    alloc["frames"] = frames
+        # companions are copies of them (``compact``). Entries are written out here, each dict
+        # whole at once, its step's ``mark`` included: a key added later grows every dict (a
+        # stamping pass cost a third of the build), a call per entry was half of it.
+        m = MARK_KEY
+        if not (before or known or stacks):  # the usual window: nothing to insert or correct
+            window = self.window
+            if mark is None:
+                trace = [
+                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000}
+                    if s > 0
+                    else {"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t_ns // 1000}
+                    for t_ns, p, s in window
+                ]
             else:
-                size = -size
-                if known and index == t.first_index.get(ptr):
-                    size = known.pop(ptr, size)
-                add({"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us})
+                trace = [
+                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000, m: mark}
+                    if s > 0
+                    else {
+                        "action": "free_completed",
+                        "addr": p,
+                        "size": -s,
+                        "stream": 0,
+                        "time_us": t_ns // 1000,
+                        m: mark,
+                    }
+                    for t_ns, p, s in window
+                ]
+        else:
+            trace = []
+            add = trace.append
+            for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
+                t_us = t_ns // 1000
+                if before and index in before:
+                    for gone, gone_size, gone_us in before.pop(index):
+                        del pending[gone]
+                        add(_freed(gone, gone_size, gone_us, mark))
+                if size > 0:
+                    frames = stacks.get(index) if stacks else None
+                    if frames is None:
+                        alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+                    else:
+                        alloc = {
+                            "action": "alloc",
+                            "addr": ptr,
+                            "size": size,
+                            "stream": 0,
+                            "time_us": t_us,
+                            "frames": frames,
+                        }
+                    if mark is not None:  # after the frames, as stamping put it
+                        alloc[m] = mark
+                    add(alloc)
+                else:
+                    size = -size
+                    if known and index == t.first_index.get(ptr):
+                        size = known.pop(ptr, size)
+                    add(_freed(ptr, size, t_us, mark))
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
-            add(_freed(gone, gone_size, gone_us))
+            add(_freed(gone, gone_size, gone_us, mark))
         # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
         self.freed_unseen = sum(pending.values())
         for ptr, size in pending.items():
-            add(_freed(ptr, size, end_us))
+            trace.append(_freed(ptr, size, end_us, mark))
         kept = _newest(trace, max_entries, segment_events)
+        kept.marked = len(kept) if mark is not None else 0
         blocks = {p: s for p, s in t.last.items() if s > 0}
         carried = set()
         for ptr, size in live_start.items():  # live throughout, as far as the events tell
@@ -480,8 +521,10 @@ def _frame(state: Any) -> dict[str, Any]:
     return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
 
 
-def _freed(ptr: int, size: int, t_us: int) -> dict[str, Any]:
-    return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+def _freed(ptr: int, size: int, t_us: int, mark: str | None = None) -> dict[str, Any]:
+    if mark is None:
+        return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+    return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us, MARK_KEY: mark}
 
 
 def _newest(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
