@@ -151,10 +151,16 @@ def _summary_of(tmp_path) -> tuple[Path, Path, dict]:
 
 
 def _read_warning(dump: Path):
+    (iv,), messages = _read_said([dump])
+    return iv, messages
+
+
+def _read_said(paths: list[Path], jobs: int = 1) -> tuple[list, list[str]]:
+    """The intervals read from ``paths``, and what memsnap said meanwhile."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        (iv,) = read_intervals([dump])
-    return iv, [str(w.message) for w in caught if "memsnap" in str(w.message)]
+        loaded = read_intervals(paths, jobs=jobs)
+    return loaded, [str(w.message) for w in caught if "memsnap" in str(w.message)]
 
 
 @pytest.mark.parametrize(
@@ -240,10 +246,7 @@ def test_an_unwritable_cache_is_said_once_and_changes_nothing(tmp_path, monkeypa
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(blocker / inside))
     STATE.warned.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loaded = read_intervals([folder])
-    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    loaded, messages = _read_said([folder])
     assert len(messages) == 1 and "cannot cache" in messages[0] and "MEMSNAP_CACHE_DIR" in messages[0]
     assert [iv.step for iv in loaded] == [1, 2, 3] and loaded[0].peak_allocated > 0
 
@@ -252,10 +255,7 @@ def test_a_cache_folder_that_cannot_be_read_is_said_once_not_per_file(tmp_path, 
     folder = verl_folder(tmp_path, steps=(1, 2, 3, 4, 5), ranks=(0,))
     monkeypatch.setenv("MEMSNAP_CACHE_DIR", str(tmp_path / ("x" * 300)))  # a name no file system takes
     STATE.warned.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loaded = read_intervals([folder])
-    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    loaded, messages = _read_said([folder])
     assert len(messages) == 1 and "cannot cache summaries in" in messages[0]
     assert [iv.step for iv in loaded] == [1, 2, 3, 4, 5]
 
@@ -279,10 +279,7 @@ def test_a_relative_cache_dir_is_ignored_and_no_home_means_no_cache(tmp_path, mo
     monkeypatch.setenv("MEMSNAP_CACHE_DIR", ".")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     STATE.warned.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        read_intervals([folder])
-    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    _, messages = _read_said([folder])
     assert len(messages) == 1 and "not an absolute path" in messages[0]
     assert not list(folder.rglob("*.json")) and len(list((tmp_path / "xdg" / "memsnap").glob("*.json"))) == 2
     for name in ("MEMSNAP_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
@@ -296,10 +293,7 @@ def test_a_relative_cache_dir_is_ignored_and_no_home_means_no_cache(tmp_path, mo
     monkeypatch.setattr(pwd, "getpwuid", no_account)
     assert summaries.cache_dir() is None
     STATE.warned.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loaded = read_intervals([folder])
-    messages = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    loaded, messages = _read_said([folder])
     assert len(messages) == 1 and "no folder to cache summaries in" in messages[0]
     assert [iv.step for iv in loaded] == [1, 2] and not list(folder.rglob("*.json"))
 
@@ -379,12 +373,8 @@ def test_parallel_scan_names_cells_and_warns_as_a_serial_scan_does(tmp_path, sum
             cached.unlink()
         snapshot_module._ignored_limit.cache_clear()
         STATE.warned.clear()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loaded = read_intervals([tmp_path], jobs=jobs)
-        runs.append(
-            ([iv.kept_by_site for iv in loaded], [str(w.message) for w in caught if "memsnap" in str(w.message)])
-        )
+        loaded, said = _read_said([tmp_path], jobs=jobs)
+        runs.append(([iv.kept_by_site for iv in loaded], said))
     (sites, said), (serial_sites, serial_said) = runs
     assert sites == serial_sites and sites[0][0][0] == "train_step (cell In[4]:13)"
     assert said == serial_said and len(said) == 1 and "MEMSNAP_MAX_FILE_BYTES" in said[0]
