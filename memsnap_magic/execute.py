@@ -165,13 +165,18 @@ class SyntaxCheck:
             flags = self.shell.compile.flags
             for node in compile(source, "<memsnap-check>", "exec", flags | ast.PyCF_ONLY_AST, True).body:
                 compile(ast.Module([node], []), "<memsnap-check>", "exec", flags, True)
-        except SyntaxError:
-            if _awaits_at_top_level(source):  # the magic says what to do instead
+        except _NOT_COMPILED as e:
+            if isinstance(e, SyntaxError) and _awaits_at_top_level(source):  # the magic says what to do instead
                 return lines
             return ["\n", *lines[1:]]
         except Exception:  # any other trouble: leave the cell to the magic
             return lines
         return lines
+
+
+# What IPython reports as a cell that does not compile (run_cell's own list): a body nested too
+# deep for the parser raises MemoryError, one with null bytes ValueError
+_NOT_COMPILED = (SyntaxError, OverflowError, ValueError, TypeError, MemoryError)
 
 
 class _BodySyntaxError(SyntaxError):

@@ -430,6 +430,18 @@ def test_syntax_error_reads_as_in_a_plain_cell_and_records_nothing(shell, capsys
     assert session().intervals == []
 
 
+def test_a_body_nested_too_deep_to_parse_reads_as_in_a_plain_cell(shell, capsys):
+    """The parser gives up on a 100,000-deep expression with MemoryError, which IPython reports as
+    a cell that does not compile; through the magic it was a traceback from our frames."""
+    body = "x = " + "-" * 100_000 + "1"
+    res = shell.run_cell("%%memsnap\n" + body)
+    assert type(res.error_before_exec) is MemoryError and res.error_in_exec is None
+    text = "".join(capsys.readouterr())
+    assert "memsnap_magic" not in text and "run_cell_magic" not in text
+    assert type(shell.run_cell(body).error_before_exec) is MemoryError  # as a plain cell
+    assert session().intervals == []
+
+
 def test_a_future_import_after_other_statements_is_recorded_as_a_plain_cell_runs_it(shell):
     """IPython compiles a cell a statement at a time, so a late `from __future__` import is
     accepted; our one-module compile refused it, and the cell ran unrecorded without a word."""
