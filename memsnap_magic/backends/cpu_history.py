@@ -236,7 +236,7 @@ class History:
                     add(_freed(ptr, size, t_us, mark))
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
-            add(_freed(gone, gone_size, gone_us, mark))
+            trace.append(_freed(gone, gone_size, gone_us, mark))
         # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
         self.freed_unseen = sum(pending.values())
         for ptr, size in pending.items():
