@@ -583,11 +583,10 @@ class Recorder:
         from .layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
 
         # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
-        chained = STATE.chain_steps.get(backend.device)
-        mark = step_mark(step, o.run) if chained is None or not chained.marks else None
+        this_step, chained = step_mark(step, o.run), STATE.chain_steps.get(backend.device)
         try:
             usage = self._quietly(backend.usage)
-            snap = self._quietly(backend.snapshot_marked, mark)
+            snap = self._quietly(backend.snapshot_marked, this_step if chained is None or not chained.marks else None)
         finally:
             if watch is not None:  # its hooks come off the optimizers whatever happens next
                 self._quietly(watch.detach)
@@ -613,7 +612,7 @@ class Recorder:
             from .categories import label_snapshot
 
             self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
-        marks = [*before.marks, (self._began_us, step_mark(step, o.run))]
+        marks = [*before.marks, (self._began_us, this_step)]
         self._quietly(stamp, snap, trace_index(backend.device), marks)
         if keep:
             timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed

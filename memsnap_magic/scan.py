@@ -18,7 +18,7 @@ from typing import Any
 
 from .intervals import Interval, digest_file, interval_from_digest
 from .layout import find_snapshots
-from .readable import know_cells
+from .readable import cell_numbers, know_cells
 from .snapshot import SnapshotError
 from .state import STATE
 
@@ -110,8 +110,6 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
-
-    from .readable import cell_numbers
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     done: dict[int, dict[str, Any] | SnapshotError] = {}

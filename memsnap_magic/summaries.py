@@ -136,7 +136,7 @@ def read(snapshot: Path, st: os.stat_result) -> dict[str, Any] | None:
             continue
         except OSError as e:
             if cache:  # the cache folder itself (unreadable, a name too long): said once, as by store
-                _cache_unusable(e)
+                _cache_unusable(where.parent, e)
             else:
                 _ignored(where, e)
             continue
@@ -172,13 +172,12 @@ def store(snapshot: Path, st: os.stat_result, d: dict[str, Any]) -> None:
     try:
         _write(target, encode(d, st, os.path.abspath(snapshot)))
     except OSError as e:
-        _cache_unusable(e)
+        _cache_unusable(target.parent, e)
     except (ValueError, TypeError, RecursionError) as e:  # a figure JSON cannot hold: read it afresh next time
         STATE.warn_once(f"summary {snapshot}", f"memsnap: cannot cache the summary of {clean(str(snapshot))}: {e}")
 
 
-def _cache_unusable(e: OSError) -> None:
-    folder = cache_dir() or "?"
+def _cache_unusable(folder: Path, e: OSError) -> None:
     STATE.warn_once(
         f"summary cache {folder}",
         f"memsnap: cannot cache summaries in {clean(excerpt(str(folder), 120))}: {e.strerror or e}; "

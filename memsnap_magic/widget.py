@@ -107,7 +107,7 @@ class Dashboard:
         self.detail_fig: Any = None
         self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
         self._overview_png = b""
-        self._drawn = ("no steps yet", "")  # the still copy's words for the picture, as drawn
+        self._drawn: tuple[str, list[Interval]] = ("no steps yet", [])  # the still copy's words and rows, as drawn
         self._updating = False
         self._shown_step: int | None = None  # the step number on show, kept when the run changes
         self.findings: list[str] = []  # the headline's lines
@@ -335,7 +335,7 @@ class Dashboard:
         as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"
         if compared:
             as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
-        self._drawn = (as_of, interval_table(self.session.intervals if compared else ivs))
+        self._drawn = (as_of, list(self.session.intervals if compared else ivs))  # tabled when the copy is
         self.header.value = header + "".join(f"<br>{html.escape(line)}" for line in lines)
         self._overview_png = plots.png(self.overview_fig)
         self.overview.value = self._overview_png
@@ -395,7 +395,8 @@ class Dashboard:
 
     def _still_bundle(self) -> dict[str, Any]:
         png = base64.b64encode(self._overview_png).decode("ascii")
-        as_of, table = self._drawn
+        as_of, rows = self._drawn
+        table = interval_table(rows)
         state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
         findings = "".join(f"<div>{html.escape(line)}</div>" for line in self.findings)
         return {
