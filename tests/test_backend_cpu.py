@@ -299,6 +299,27 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
         )
 
 
+@pytest.mark.parametrize("tracer", [False, True])
+def test_what_reading_a_tree_made_is_held_for_whoever_frees_the_session(tracer):
+    # destroying PyTorch's Python objects costs ~0.2 µs each: the writer does it after the cell
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    from memsnap_magic.backends.cpu_history import History
+
+    roots = profiled(CELLS["training step"], training_namespace(), stacks=tracer)
+    held: list = []
+    history = History(10**6, {}, frames=tracer)
+    history.add(roots, held=held)
+    objects = [x for part in held for x in part]
+    assert sum(type(x) is _ExtraFields_Allocation for x in objects) >= history.count > 0
+    if tracer:  # every node read is kept alive, so the tree hands back the very same objects
+        nodes, level = [], roots
+        while level:
+            nodes += level
+            level = [kid for node in level for kid in node.children]
+        assert {id(n) for n in nodes} <= {id(x) for x in objects}
+
+
 FRAMED = {  # allocations of STACK_BYTES or more get frames: in wide levels, in deep ones
     "a loop": "for _ in range(300):\n    t = torch.empty(512)\n",
     "training step": CELLS["training step"],

@@ -478,7 +478,7 @@ class CpuBackend(Backend):
                 self.incomplete = TAKEN_OVER
             else:
                 before = self._history.count
-                self._history.add(roots)
+                self._history.add(roots, held=self._profiler.spent)
                 self._profiler.events_read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
@@ -603,7 +603,7 @@ class CpuBackend(Backend):
         if roots is None:  # a torch.profiler took the session over: what happened is unknown
             return
         gap = History(0, {})
-        gap.add(roots)
+        gap.add(roots, held=self._profiler.spent)
         self._profiler.events_read += gap.count
         self._watch.forget(gap.tables.last)  # its events say what lives there
         for ptr, size in gap.tables.last.items():

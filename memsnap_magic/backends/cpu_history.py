@@ -96,13 +96,15 @@ class History:
             self.window = deque(self.window, maxlen=newest)
 
     @no_gc()
-    def add(self, roots: list[Any]) -> None:
-        """The events of one profiler session: its event tree's roots, in time order."""
+    def add(self, roots: list[Any], held: list[Any] | None = None) -> None:
+        """The events of one profiler session: its event tree's roots, in time order.
+        ``held`` receives the lists of PyTorch's Python objects that reading made (~0.2 µs each
+        to destroy), for whoever frees the session's results to free them too, later."""
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
         tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
         check_devices = _other_devices_may_allocate()
-        for nodes, fields, times, ups in _columns(roots, tracer=self.stacks is not None):
+        for nodes, fields, times, ups in _columns(roots, self.stacks is not None, held if held is not None else []):
             sizes = list(map(_SIZE, fields))
             if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
                 keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
@@ -325,27 +327,29 @@ def _other_devices_may_allocate() -> bool:
     return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
 
 
-def _columns(roots: list[Any], tracer: bool) -> Iterator[Columns]:
+def _columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns]:
     """The CPU allocation events of a session's tree in time order, a chunk at a time:
     ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
     its roots are the events) is read a chunk at a time, each event's time only if it is among
-    the newest (``nodes``); any other tree by levels (``times``, ``parents``)."""
+    the newest (``nodes``); any other tree by levels (``times``, ``parents``). The lists of
+    fields and nodes read join ``held``."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     if tracer:
-        yield from _by_levels(roots)
+        yield from _by_levels(roots, held)
         return
     for lo in range(0, len(roots), _CHUNK):
         nodes = roots[lo : lo + _CHUNK]
         fields = list(map(_FIELDS, nodes))
+        held.append(fields)
         if set(map(type, fields)) - {_ExtraFields_Allocation}:
             # Everything in the chunks read so far happened before this chunk's first root began.
-            yield from _by_levels(roots[lo:], fields if len(nodes) == len(roots) - lo else None)
+            yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
             return
         yield nodes, fields, None, None
 
 
-def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
+def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
     """The allocation events of a tree whose roots are not all allocations, in time order, and
     the node each sits in (a Python call, a C function called from Python, a user scope; None at
     the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
@@ -358,6 +362,7 @@ def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Co
     ups: list[Any] = []
     level, up = roots, [None] * len(roots)
     while level:
+        held.append(level)
         if len(level) < NARROW:  # a C-level pass costs a fixed ~0.3 µs: a loop is cheaper on a few nodes
             level, up = _narrow_level(level, up, fields, found, times, ups, _ExtraFields_Allocation)
             fields = None
@@ -382,6 +387,7 @@ def _by_levels(roots: list[Any], fields: list[Any] | None = None) -> Iterator[Co
         level = list(chain.from_iterable(kids))
         up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
         fields = None
+    held.append(found)
     order = sorted(range(len(times)), key=times.__getitem__)
     found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
     for lo in range(0, len(found), _CHUNK):
