@@ -65,7 +65,7 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
     from .layout import TAG_PATTERN
-    from .scan import in_step_order, read_run
+    from .scan import batches_apart, in_step_order, read_run
     from .session_state import Session
 
     # paths in a row without a name are read together, as %memsnap load reads them: files without
@@ -80,9 +80,9 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
             batches[-1][1].append(given)
         else:
             batches.append((None, [given]))
-    loaded = []
-    for run, batch in batches:
-        loaded += read_run(batch, run, progress=sys.stderr.isatty(), jobs=jobs)
+    read = [(batch, read_run(batch, run, progress=sys.stderr.isatty(), jobs=jobs)) for run, batch in batches]
+    batches_apart(read)
+    loaded = [iv for _, ivs in read for iv in ivs]
     s = Session()
     skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped

@@ -84,8 +84,9 @@ def _step_folder(name: str) -> int | None:
 
 def folder_run(path: str | os.PathLike[str]) -> str:
     """The run a file without a recorded one belongs to: the folder holding its step folder
-    (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``."""
-    folder = Path(path).resolve().parent
+    (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``. Links on
+    the way are not resolved: a linked step folder (``run1/step2 -> /scratch/step2``) is run1's."""
+    folder = Path(os.path.abspath(path)).parent
     if _step_folder(folder.name) is not None:
         folder = folder.parent
     return run_name(folder.name) or "loaded"

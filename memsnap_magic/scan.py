@@ -58,11 +58,14 @@ def read_intervals(
     wait_for_writes()
     files = find_snapshots(paths)
     stats = [_stat(p) for p in files]
-    first: dict[tuple[int, int], int] = {}  # each file once, where it was first reached
+    first: dict[tuple[int, int], int] = {}  # each file once: where it was first reached by its own name
     for n, st in enumerate(stats):
-        first.setdefault((st.st_dev, st.st_ino), n)
+        seen = first.setdefault((st.st_dev, st.st_ino), n)
+        if seen != n and files[seen].is_symlink() and not files[n].is_symlink():
+            first[st.st_dev, st.st_ino] = n  # a link (verl's latest_rank0.pickle) names no step folder
     if len(first) < len(files):
-        files, stats = [files[n] for n in first.values()], [stats[n] for n in first.values()]
+        kept = sorted(first.values())
+        files, stats = [files[n] for n in kept], [stats[n] for n in kept]
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
     jobs = min(max(jobs, 1), len(todo))
@@ -195,10 +198,32 @@ def _folders_apart(paths: Sequence[str | os.PathLike[str]], loaded: list[Interva
         where = place(given[1])
         other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), (where, given[0]))
         if other[0] != where:
-            raise SnapshotError(
-                f"{other[1]} and {given[0]} both hold step {iv.step} rank {iv.rank} of the run {iv.run!r}: "
-                "give each its own run name (memsnap: NAME=FOLDER; %memsnap load: one folder at a time, as=NAME)"
-            )
+            raise _held_twice(other[1], given[0], iv)
+
+
+def batches_apart(batches: Sequence[tuple[Sequence[str | os.PathLike[str]], list[Interval]]]) -> None:
+    """Paths read apart that end in one run (``memsnap a=exp1/profile a=exp2/profile``, or two
+    unnamed folders with a named one between) must not hold one step twice either: refused as
+    ``_folders_apart`` refuses it within one read, not merged with one file hiding the other."""
+    seen: dict[tuple[Any, ...], Path] = {}
+    for paths, loaded in batches:
+        folders = [Path(p) for p in paths if os.path.isdir(p)]
+        mine: dict[tuple[Any, ...], tuple[Path, Interval]] = {}
+        for iv in loaded:
+            given = next((f for f in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
+            if given is not None:
+                mine.setdefault((iv.run, iv.step, iv.rank, iv.device), (given, iv))
+        for key, (given, iv) in mine.items():
+            other = seen.setdefault(key, given)
+            if other is not given and os.path.realpath(other) != os.path.realpath(given):
+                raise _held_twice(other, given, iv)
+
+
+def _held_twice(one: Path, other: Path, iv: Interval) -> SnapshotError:
+    return SnapshotError(
+        f"{one} and {other} both hold step {iv.step} rank {iv.rank} of the run {iv.run!r}: "
+        "give each its own run name (memsnap: NAME=FOLDER; %memsnap load: one folder at a time, as=NAME)"
+    )
 
 
 def read_run(

@@ -309,3 +309,42 @@ def test_memsnap_load_names_the_older_file_of_a_step_written_twice(shell, tmp_pa
     assert "step 3 rank 0 has a newer file; skipped" in out and "pid9-bbbbbb" in out
     shell.run_line_magic("memsnap", f"load {tmp_path} as=x")
     assert "(replacing 1 step already in the session)" in capsys.readouterr().out
+
+
+def test_a_linked_step_folder_is_in_the_run_of_the_folder_it_is_linked_from(tmp_path, capsys):
+    _bare(tmp_path / "run1" / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    _bare(tmp_path / "scratch" / "step2" / "torch_memory_rank0_pid1.pickle", 2048)
+    (tmp_path / "run1" / "step2").symlink_to(tmp_path / "scratch" / "step2")
+    for given in (str(tmp_path / "run1"), f"r={tmp_path / 'run1'}"):
+        assert main(["summarize", given, "--json"]) == 0, capsys.readouterr().err
+        records = json.loads(capsys.readouterr().out)
+        assert [(r["run"], r["step"]) for r in records] == [
+            (given.partition("=")[0] if "=" in given else "run1", s) for s in (1, 2)
+        ]
+        entries = [r["trace_entries"] for r in records]  # one run: step 2 accumulates over step 1
+        assert records[1]["cumulative_trace_entries"] == sum(entries) > max(entries)
+
+
+def test_a_file_reached_by_a_link_and_by_its_own_name_is_read_by_its_own_name(tmp_path, capsys):
+    v2 = tmp_path / "v2"
+    _bare(v2 / "step1" / "mem_rank0.pickle", 1024)
+    _bare(v2 / "step2" / "mem_rank0.pickle", 2048)
+    (v2 / "latest_rank0.pickle").symlink_to("step2/mem_rank0.pickle")  # sorts before step1/, step2/
+    assert main(["summarize", str(v2), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["tag"], r["peak_allocated"]) for r in records] == [(1, "mem", 1024), (2, "mem", 2048)]
+
+
+def test_one_run_name_given_to_two_folders_holding_one_step_is_refused_not_merged(tmp_path, capsys):
+    for exp in ("exp1", "exp2"):
+        _bare(tmp_path / exp / "profile" / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    _bare(tmp_path / "exp2" / "profile" / "step2" / "torch_memory_rank0_pid1.pickle", 2048)
+    one, two = (tmp_path / exp / "profile" for exp in ("exp1", "exp2"))
+    for argv in ([f"p={one}", f"p={two}"], [str(one), "x=" + str(two / "step2"), str(two)]):
+        assert main(["summarize", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "both hold step 1 rank 0 of the run" in err and "NAME=FOLDER" in err
+    # one name over folders of different steps is one run, as asked
+    assert main(["summarize", f"p={one / 'step1'}", f"p={two / 'step2'}", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["step"]) for r in records] == [("p", 1), ("p", 2)]
