@@ -84,7 +84,7 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     batches_apart(read)
     loaded = [iv for _, ivs in read for iv in ivs]
     s = Session()
-    skipped = [old for iv in in_step_order(loaded) if (old := s.add(iv)) is not None]
+    skipped = [old for old in s.add_all(in_step_order(loaded)) if old is not None]
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped
         print(skipped_line(skipped), file=sys.stderr)
     return s

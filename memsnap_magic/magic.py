@@ -176,7 +176,7 @@ class MemsnapMagics(Magics):
             if iv.path is not None and not iv.path.is_absolute():
                 iv.path = Path.cwd() / iv.path
         there = set(map(id, STATE.session.intervals))
-        olds = [old for iv in loaded if (old := STATE.session.add(iv)) is not None]
+        olds = [old for old in STATE.session.add_all(loaded) if old is not None]
         skipped = [old for old in olds if id(old) not in there]  # a step written twice in the files
         print(loaded_line(loaded, len(olds) - len(skipped), skipped))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import types
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -85,8 +86,9 @@ class Session:
     def _place(self, iv: Interval) -> tuple[int, int, int]:
         return (self._runs.setdefault(iv.run, len(self._runs)), iv.step, iv.rank)
 
-    def add(self, interval: Interval) -> Interval | None:
-        """Add ``interval``; returns the interval of the same step in its run it replaced, if any."""
+    def add(self, interval: Interval, notify: bool = True) -> Interval | None:
+        """Add ``interval``; returns the interval of the same step in its run it replaced, if any.
+        ``notify``: tell the listeners now (``add_all`` tells them once, after the last)."""
         key, stream, place = _key(interval), _stream(interval), self._place(interval)
         replaced = self._where.get(key)
         self._where[key] = interval
@@ -123,6 +125,19 @@ class Session:
             else:  # a step before others already held: theirs now accumulate over it
                 self._update_cumulative()
         self.last, self.last_replaced = interval, replaced
+        if notify:
+            self._notify()
+        return replaced
+
+    def add_all(self, intervals: Iterable[Interval]) -> list[Interval | None]:
+        """``add`` each, in order; the listeners are told once, after the last: a dashboard
+        redraws once for a folder loaded, not once per file."""
+        replaced = [self.add(iv, notify=False) for iv in intervals]
+        if replaced:
+            self._notify()
+        return replaced
+
+    def _notify(self) -> None:
         self._listeners = [ref for ref in self._listeners if ref() is not None]
         for ref in list(self._listeners):  # a listener may subscribe others
             listener = ref()
@@ -132,10 +147,10 @@ class Session:
                 listener(self)
             except Exception as e:  # a dashboard that fails to redraw must not fail a cell
                 warn(f"memsnap: updating {listener!r} failed: {type(e).__name__}: {e}")
-        return replaced
 
     def subscribe(self, listener: Callable[[Session], None]) -> None:
-        """Call ``listener(session)`` after every added interval (the dashboard updates in place).
+        """Call ``listener(session)`` after every added interval and after a reset (the
+        dashboard updates in place).
 
         Bound methods are held weakly, so a dashboard nobody shows any more is not kept alive.
         """
@@ -162,6 +177,7 @@ class Session:
         # again and overwrite its file, which stays on disk
         for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted):
             index.clear()
+        self._notify()  # a dashboard shown would offer steps that are gone
 
     def to_records(self) -> list[dict[str, Any]]:
         """Plain dicts (one per interval) for pandas or JSON."""

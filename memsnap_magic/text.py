@@ -139,12 +139,23 @@ def interval_table(intervals: Sequence[Interval]) -> str:
 
 
 def step_list(steps: Sequence[int]) -> str:
-    """``steps 3–8`` for consecutive numbers, ``steps 1, 5, 10`` otherwise, ``step 4`` for one."""
+    """``step 4`` for one, ``steps 3–4`` for consecutive numbers, ``steps 1, 5, 10``, ``steps 1–40, 50``."""
     if len(steps) == 1:
         return f"step {steps[0]}"
     if list(steps) == list(range(steps[0], steps[0] + len(steps))):
         return f"steps {steps[0]}–{steps[-1]}"
-    return "steps " + ", ".join(map(str, steps))
+    return f"steps {number_list(steps)}"
+
+
+def number_list(numbers: Sequence[int]) -> str:
+    """Ascending numbers, runs of three or more as ranges: ``1–40, 50, 60, 61``."""
+    parts, start = [], 0
+    for n in range(1, len(numbers) + 1):
+        if n == len(numbers) or numbers[n] != numbers[n - 1] + 1:
+            run = numbers[start:n]
+            parts += [f"{run[0]}–{run[-1]}"] if len(run) >= 3 else map(str, run)
+            start = n
+    return ", ".join(parts)
 
 
 def headline(intervals: Sequence[Interval]) -> str:
@@ -345,7 +356,7 @@ def loaded_line(intervals: Sequence[Interval], replaced: int = 0, skipped: Seque
     again = f" (replacing {count_of(replaced, 'step')} already in the session)" if replaced else ""
     line = (
         f"memsnap: loaded {count_of(len(intervals) - len(skipped), 'snapshot')} into run{'s' * (len(runs) > 1)} "
-        f"{into}{again}: steps {', '.join(map(str, steps))}; ranks {', '.join(map(str, ranks))}"
+        f"{into}{again}: {step_list(steps)}; rank{'s' * (len(ranks) > 1)} {number_list(ranks)}"
     )
     return f"{line}\n{skipped_line(skipped)}" if skipped else line
 

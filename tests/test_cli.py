@@ -348,3 +348,16 @@ def test_one_run_name_given_to_two_folders_holding_one_step_is_refused_not_merge
     assert main(["summarize", f"p={one / 'step1'}", f"p={two / 'step2'}", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [(r["run"], r["step"]) for r in records] == [("p", 1), ("p", 2)]
+
+
+def test_memsnap_load_redraws_a_shown_dashboard_once_and_names_steps_as_ranges(shell, tmp_path, capsys, monkeypatch):
+    import memsnap_magic
+
+    for step in range(1, 41):
+        _bare(tmp_path / "run" / f"step{step}" / "torch_memory_rank0_pid1.pickle", 1024 * step)
+    d = memsnap_magic.dashboard()
+    drawn, draw = [], d._draw_overview
+    monkeypatch.setattr(d, "_draw_overview", lambda: (drawn.append(len(session().intervals)), draw()))
+    shell.run_line_magic("memsnap", f"load {tmp_path / 'run'}")
+    assert drawn == [40] and len(d.step.options) == 40
+    assert "loaded 40 snapshots into run 'run': steps 1–40; rank 0" in capsys.readouterr().out

@@ -96,10 +96,21 @@ def test_runs_of_uneven_leaks_and_single_steps_are_worded_by_what_they_are():
     assert leaks(big, [1, 2, 3]) == []
 
 
-def test_step_lists_read_as_ranges_only_when_consecutive():
+def test_step_lists_read_runs_of_consecutive_steps_as_ranges():
     assert step_list([4]) == "step 4"
     assert step_list([3, 4, 5]) == "steps 3–5"
+    assert step_list([3, 4]) == "steps 3–4"
     assert step_list([1, 5, 10]) == "steps 1, 5, 10"
+    assert step_list([*range(1, 101), 200, 300, 301, 400, 401, 402]) == "steps 1–100, 200, 300, 301, 400–402"
+
+
+@given(st.lists(st.integers(0, 60), min_size=1, unique=True).map(sorted))
+def test_a_step_list_names_exactly_its_steps(steps):
+    named = []
+    for part in step_list(steps).removeprefix("steps ").removeprefix("step ").split(", "):
+        low, _, high = part.partition("–")
+        named += range(int(low), int(high or low) + 1)
+    assert named == steps
 
 
 def test_a_step_recorded_after_a_leak_is_not_what_the_leak_is_held_since():

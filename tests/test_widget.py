@@ -302,12 +302,33 @@ def test_a_superseded_still_copy_keeps_the_words_of_its_picture(session):
     picture and headline: its words are those of what it drew."""
     old = Dashboard(session)
     words = old._still_bundle()["text/plain"]
+    new = Dashboard(session)
     session.reset()
-    Dashboard(session)
-    assert old.superseded
+    assert old.superseded and not new.superseded
     after = old._still_bundle()
     assert "as of step 3 (3 steps)" in after["text/plain"] and "no steps yet" not in after["text/plain"]
     assert after["text/plain"] == words and "superseded by a newer dashboard" in after["text/html"]
+
+
+def test_a_live_dashboard_forgets_the_steps_a_reset_forgot_and_follows_the_next(session):
+    d = Dashboard(session)
+    assert len(d.step.options) == 3
+    session.reset()
+    assert d.step.options == () and d.step.value is None and d.run.options == ()
+    assert "0 steps" in d.header.value and "no steps yet" in d._still_bundle()["text/plain"]
+    assert "no intervals yet" in next(t.get_text() for t in d.overview_fig.axes[0].texts)
+    d._move(1)  # the buttons, with nothing to move to
+    session.add(interval(7, 1 * MiB, 3 * MiB, 1 * MiB))
+    assert [label for label, _ in d.step.options] == ["7"] and d.selected().step == 7
+
+
+def test_a_dashboard_redraws_once_for_a_load_not_once_per_file(session, monkeypatch):
+    d = Dashboard(session)
+    drawn, draw = [], d._draw_overview
+    monkeypatch.setattr(d, "_draw_overview", lambda: (drawn.append(len(session.intervals)), draw()))
+    replaced = session.add_all([interval(step, MiB, 2 * MiB, MiB) for step in range(2, 40)])
+    assert drawn == [39] and sum(r is not None for r in replaced) == 2  # steps 2 and 3 were there
+    assert len(bars(d.overview_fig.axes[0], THIS_STEP)[0]) == 39
 
 
 def _png_point(fig, ax, x, y):
