@@ -165,13 +165,18 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from .plots import overview_figure, png, ranks_figure, runs_figure
+    from .session_state import busiest
 
     _check_output(args.output)
     s = _session(args.paths, args.jobs or default_jobs())
     runs = s.runs
     several = len({(iv.rank, iv.device) for iv in s.intervals}) > 1  # as the dashboard starts
+    how = ""
     if len(runs) > 1:
-        fig = runs_figure([(run.label, run.intervals) for run in runs.values()], view=args.view)
+        # one bar per run and step: of several ranks, the one with the highest peak
+        pick = busiest if several else list
+        fig = runs_figure([(run.label, pick(run.intervals)) for run in runs.values()], view=args.view)
+        how = "; each step of a run from its rank with the highest peak" if several else ""
     elif several:
         fig = ranks_figure(s.intervals)
     else:
@@ -179,7 +184,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     data = png(fig)
     with open(args.output, "wb") as f:
         f.write(data)
-    print(f"memsnap: wrote {clean(args.output)} ({files_phrase(s.intervals)})")
+    print(f"memsnap: wrote {clean(args.output)} ({files_phrase(s.intervals)}{how})")
 
 
 def _check_output(path: str) -> None:
@@ -290,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the dashboard's overview as a PNG",
         description="The dashboard's overview as a PNG: each step's peak against what a never-cleared "
         "snapshot would show, what each step kept, and the snapshots' sizes. Several runs are "
-        "compared step by step; several ranks or devices of one run are drawn side by side.",
+        "compared step by step (runs of several ranks or devices by each step's rank with the "
+        "highest peak); several ranks or devices of one run are drawn side by side.",
     )
     _add_paths(p)
     p.add_argument("-o", "--output", required=True, help="PNG file to write (*.png)")

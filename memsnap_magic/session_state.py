@@ -36,6 +36,16 @@ class Run:
         return run_label(self.name)
 
 
+def busiest(intervals: Iterable[Interval]) -> list[Interval]:
+    """Per step, the interval (of any rank or device) with the highest peak, in step order: what
+    sets a run's memory need, and one bar per step where runs of several ranks are compared."""
+    top: dict[int, Interval] = {}
+    for iv in intervals:
+        if iv.step not in top or iv.peak_allocated > top[iv.step].peak_allocated:
+            top[iv.step] = iv
+    return [top[step] for step in sorted(top)]
+
+
 def _key(iv: Interval) -> tuple[Any, ...]:
     return (iv.run, iv.step, iv.rank, iv.device, iv.tag)
 

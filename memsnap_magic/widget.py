@@ -20,7 +20,7 @@ from ipyevents import Event
 from . import plots
 from .intervals import Interval
 from .pointing import bar_in_column, column_at, position_at
-from .session_state import Session
+from .session_state import Session, busiest
 from .state import STATE
 from .text import (
     bar_figures,
@@ -214,11 +214,7 @@ class Dashboard:
         the highest peak."""
         key, ivs = self.group.value, self._run_intervals(run)
         if key == ALL_RANKS:
-            top: dict[int, Interval] = {}
-            for iv in ivs:
-                if iv.step not in top or iv.peak_allocated > top[iv.step].peak_allocated:
-                    top[iv.step] = iv
-            return [top[s] for s in sorted(top)]
+            return busiest(ivs)
         return [iv for iv in ivs if key is None or (iv.rank, iv.device) == key]
 
     def _compared(self) -> list[tuple[str, list[Interval]]]:

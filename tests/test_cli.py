@@ -361,3 +361,21 @@ def test_memsnap_load_redraws_a_shown_dashboard_once_and_names_steps_as_ranges(s
     shell.run_line_magic("memsnap", f"load {tmp_path / 'run'}")
     assert drawn == [40] and len(d.step.options) == 40
     assert "loaded 40 snapshots into run 'run': steps 1–40; rank 0" in capsys.readouterr().out
+
+
+def test_runs_of_several_ranks_are_compared_one_bar_per_run_and_step(verl_folder, tmp_path, monkeypatch, capsys):
+    from memsnap_magic import plots
+
+    compared = []
+    real = plots.runs_figure
+    monkeypatch.setattr(plots, "runs_figure", lambda runs, **k: compared.append(runs) or real(runs, **k))
+    for step, rank, size in ((1, 0, 1024), (1, 1, 4096), (3, 0, 8192), (3, 1, 2048)):  # the peaks: rank 1, then 0
+        _bare(tmp_path / "a" / f"step{step}" / f"torch_memory_rank{rank}_pid1.pickle", size)
+    out = tmp_path / "two.png"
+    assert main(["plot", f"a={tmp_path / 'a'}", f"b={verl_folder}", "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    ((a, first), (b, second)) = compared[0]
+    assert (a, b) == ("a", "b")
+    assert [(iv.step, iv.rank, iv.peak_allocated) for iv in first] == [(1, 1, 4096), (3, 0, 8192)]
+    assert [iv.step for iv in second] == [1, 5, 10]  # one bar per step, whichever rank
+    assert "each step of a run from its rank with the highest peak" in capsys.readouterr().out
