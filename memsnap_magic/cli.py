@@ -194,6 +194,9 @@ def _check_output(path: str) -> None:
         raise SnapshotError(f"-o {clean(path)}: the picture is a PNG; name the file *.png")
     if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
         raise SnapshotError(f"-o {clean(path)}: not a regular file")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise SnapshotError(f"-o {clean(path)}: no folder {clean(folder)} to write it into")
 
 
 def cmd_diff(args: argparse.Namespace) -> None:

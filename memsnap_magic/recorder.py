@@ -147,6 +147,10 @@ class Recorder:
             options = opts.from_keywords("Recorder", self.session.defaults, step=step, **keywords)
         elif step is not None or keywords:
             raise TypeError("Recorder: give options= or option keywords, not both")
+        if namespace is not None and not isinstance(namespace, dict):
+            raise TypeError(
+                f"Recorder: namespace= is a dict of names (globals(), vars(module)), not {type(namespace).__name__}"
+            )
         self.options = options
         self.steps = options.steps
         caller = sys._getframe(1)

@@ -74,6 +74,8 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     from .writer import wait_for_writes
 
     wait_for_writes()
+    if not os.fspath(path):  # Path("") is the working directory: an unset $FILE, not a wish
+        raise SnapshotError("'': no such file (an empty path)")
     path = Path(path)
     limit = max_file_bytes() if max_bytes is None else max_bytes
     try:

@@ -366,6 +366,9 @@ def skipped_line(skipped: Sequence[Interval]) -> str:
     how many more (``memsnap summarize`` and ``%memsnap load`` say it alike)."""
     old = skipped[0]
     more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+    if old.end_us is None:  # a file that does not say when it was written (verl's): the later read stands
+        path = clean(str(old.path))
+        return f"memsnap: step {old.step} rank {old.rank} is in two files; skipped {path}{more}, read before the other"
     return f"memsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}"
 
 

@@ -379,3 +379,12 @@ def test_runs_of_several_ranks_are_compared_one_bar_per_run_and_step(verl_folder
     assert [(iv.step, iv.rank, iv.peak_allocated) for iv in first] == [(1, 1, 4096), (3, 0, 8192)]
     assert [iv.step for iv in second] == [1, 5, 10]  # one bar per step, whichever rank
     assert "each step of a run from its rank with the highest peak" in capsys.readouterr().out
+
+
+def test_a_step_in_two_files_that_do_not_say_when_is_not_called_newer(tmp_path, capsys):
+    one = _bare(tmp_path / "a" / "run" / "step1" / "torch_memory_rank0_pid1.pickle", 1024)
+    two = _bare(tmp_path / "b" / "run" / "step1" / "torch_memory_rank0_pid1.pickle", 2048)
+    assert main(["summarize", one, two, "--json"]) == 0
+    out = capsys.readouterr()
+    assert [r["peak_allocated"] for r in json.loads(out.out)] == [2048]
+    assert "newer" not in out.err and f"step 1 rank 0 is in two files; skipped {one}, read before the other" in out.err

@@ -243,6 +243,7 @@ def test_paths_that_name_no_file_are_one_line(tmp_path):
         (tmp_path, "a directory, not a snapshot file"),
         (tmp_path / "missing.pickle", "cannot read: No such file"),
         ("bad\x00name.pickle", "not a usable path"),
+        ("", "an empty path"),  # not the working directory
     ]:
         with pytest.raises(SnapshotError, match=words):
             load_snapshot(path)
@@ -563,7 +564,7 @@ def test_sums_up_to_what_a_file_may_hold_are_cached_and_read_back(tmp_path):
     assert [str(w.message) for w in warned] == []
 
 
-@pytest.mark.parametrize("name", ["fifo", "x.jpg", "folder"])
+@pytest.mark.parametrize("name", ["fifo", "x.jpg", "folder", "missing/x.png"])
 def test_a_picture_goes_only_to_a_png_file(tmp_path, name):
     file = write(tmp_path, _blocks_with(lambda i: [], 1), "x_rank0.pickle")
     target = tmp_path / name
@@ -574,6 +575,7 @@ def test_a_picture_goes_only_to_a_png_file(tmp_path, name):
         target.mkdir()
     out = _cli("plot", str(file), "-o", str(target), timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"memsnap: -o {target}: ")  # said before the snapshots are read
 
 
 def _raw(tmp_path: Path, data: bytes, name: str = "raw.pickle") -> Path:

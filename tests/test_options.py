@@ -56,6 +56,14 @@ def test_help_lists_every_option_with_an_example():
         assert f"{key}=" in text and opt.example in text
 
 
+@pytest.mark.parametrize("namespace", [[], "globals", 3])
+def test_a_recorder_namespace_that_is_no_dict_is_a_type_error_when_made(namespace):
+    from memsnap_magic import Recorder
+
+    with pytest.raises(TypeError, match="namespace= is a dict of names"):
+        Recorder(namespace=namespace)
+
+
 def test_recorder_keywords_are_converted_directly():
     from pathlib import Path
 
