@@ -134,8 +134,17 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         if runs:
             row = (run_label(iv.run), *row)
         rows.append(row)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+    widths = [max(map(_columns, (r[c] for r in rows))) for c in range(len(head))]
+    return "\n".join("  ".join(v + " " * (w - _columns(v)) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _columns(text: str) -> int:
+    """The terminal columns ``text`` takes: wide characters (a run named 日本) take two."""
+    if text.isascii():
+        return len(text)
+    from unicodedata import combining, east_asian_width
+
+    return sum(2 if east_asian_width(c) in "WF" else 0 if combining(c) else 1 for c in text)
 
 
 def step_list(steps: Sequence[int]) -> str:

@@ -431,3 +431,18 @@ def test_blocks_of_one_site_reached_through_different_cells_show_only_what_they_
     assert "cell In[2]" not in table and "cell In[3]" not in table  # neither caller is named for both
     iv.top_blocks[1]["frames"] = iv.top_blocks[0]["frames"]
     assert "cell In[2]:2" in blocks_table(iv) and "different calls" not in blocks_table(iv)
+
+
+def test_the_interval_table_lines_up_under_wide_run_names():
+    import re
+    from unicodedata import east_asian_width
+
+    from memsnap_magic.text import interval_table
+
+    wide, narrow = interval(1, MiB, 2 * MiB, MiB), interval(2, MiB, 3 * MiB, MiB)
+    wide.run, narrow.run = "日本", "abcdefg"
+    shown = [
+        "".join("xx" if east_asian_width(c) == "W" else c for c in line)
+        for line in interval_table([wide, narrow]).splitlines()
+    ]
+    assert len({re.match(r"\S+\s+", line).end() for line in shown}) == 1  # the step column starts at one place
