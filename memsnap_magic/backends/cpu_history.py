@@ -331,8 +331,8 @@ def _columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Column
     """The CPU allocation events of a session's tree in time order, a chunk at a time:
     ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
     its roots are the events) is read a chunk at a time, each event's time only if it is among
-    the newest (``nodes``); any other tree by levels (``times``, ``parents``). The lists of
-    fields and nodes read join ``held``."""
+    the newest (``nodes``); any other tree by levels (``times``, ``parents``), whose lists of
+    fields and nodes read join ``held`` (they live together anyway; a chunk's are let go with it)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     if tracer:
@@ -341,7 +341,6 @@ def _columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Column
     for lo in range(0, len(roots), _CHUNK):
         nodes = roots[lo : lo + _CHUNK]
         fields = list(map(_FIELDS, nodes))
-        held.append(fields)
         if set(map(type, fields)) - {_ExtraFields_Allocation}:
             # Everything in the chunks read so far happened before this chunk's first root began.
             yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
