@@ -308,7 +308,8 @@ def test_what_reading_a_tree_made_is_held_for_whoever_frees_the_session(tracer):
 
     from memsnap_magic.backends.cpu_history import History
 
-    roots = profiled(CELLS["training step"], training_namespace(), stacks=tracer)
+    cell = CELLS["training step"] if tracer else "xs = [torch.ones(100) for _ in range(50)]\n"
+    roots = profiled(cell, training_namespace(), stacks=tracer)
     held: list = []
     history = History(10**6, {}, frames=tracer)
     history.add(roots, held=held)
