@@ -147,7 +147,7 @@ def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
         "step2/torch_memory_rank1",
     ]
     loaded = next(o.text for c in nb.cells for o in c.get("outputs", []) if "loaded" in o.get("text", ""))
-    assert "loaded 4 snapshots into run 'ranks': steps 1, 2; ranks 0, 1" in loaded
+    assert "loaded 4 snapshots into run 'ranks': steps 1–2; ranks 0, 1" in loaded
 
 
 def test_a_real_kernel_loads_a_folder_over_worker_processes_and_reads_its_own_files(tmp_path):

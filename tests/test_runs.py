@@ -110,7 +110,7 @@ def test_load_makes_runs_named_by_folder_or_as(shell, tmp_path, capsys):
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     shell.run_line_magic("memsnap", f"load {tmp_path / 'memsnap' / 'step1'} as=before")
     out = capsys.readouterr().out
-    assert "into run 'before': steps 1" in out and "(replacing 1 step already in the session)" in out
+    assert "into run 'before': step 1;" in out and "(replacing 1 step already in the session)" in out
     assert [iv.step for iv in session().runs["before"].intervals] == [1]
     # nothing joins the session's own run; its numbering goes on past the step the reset forgot,
     # so the loaded step 1's file is not overwritten
