@@ -287,8 +287,8 @@ def _category_figures(summary: Any, at_peak: list[dict[str, Any]]) -> dict[str, 
 
 
 def _run_of(run: str | None, meta: Meta, path: Path | None) -> str:
-    """The run given, else the one recorded, else the folder's (resolved only if needed: a path
-    resolved costs a system call per folder, on every recorded cell)."""
+    """The run given, else the one recorded, else the folder's (looked up only if needed: a
+    path resolved costs a system call per folder, on every recorded cell)."""
     if run is not None:
         return run
     if meta.run is not None:

@@ -84,12 +84,15 @@ def _step_folder(name: str) -> int | None:
 
 def folder_run(path: str | os.PathLike[str]) -> str:
     """The run a file without a recorded one belongs to: the folder holding its step folder
-    (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``. Links on
-    the way are not resolved: a linked step folder (``run1/step2 -> /scratch/step2``) is run1's."""
-    folder = Path(os.path.abspath(path)).parent
-    if _step_folder(folder.name) is not None:
-        folder = folder.parent
-    return run_name(folder.name) or "loaded"
+    (``before/step3/x.pickle``: ``before``), else its own folder, else ``loaded``. That folder
+    is named as it really is (``current -> exp_0101``: ``exp_0101``), as is a file that is a
+    link, but a step folder that is a link is its linking run's (``run1/step2 -> /scratch/step2``)."""
+    path = Path(path)
+    where = os.path.realpath(path) if path.is_symlink() else os.path.abspath(path)
+    folder = os.path.dirname(where)
+    if _step_folder(os.path.basename(folder)) is not None:
+        folder = os.path.dirname(folder)
+    return run_name(os.path.basename(os.path.realpath(folder))) or "loaded"
 
 
 @dataclass(frozen=True)

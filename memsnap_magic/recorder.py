@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -147,9 +148,9 @@ class Recorder:
             options = opts.from_keywords("Recorder", self.session.defaults, step=step, **keywords)
         elif step is not None or keywords:
             raise TypeError("Recorder: give options= or option keywords, not both")
-        if namespace is not None and not isinstance(namespace, dict):
+        if namespace is not None and not isinstance(namespace, Mapping):
             raise TypeError(
-                f"Recorder: namespace= is a dict of names (globals(), vars(module)), not {type(namespace).__name__}"
+                f"Recorder: namespace= is a mapping of names (globals(), vars(module)), not {type(namespace).__name__}"
             )
         self.options = options
         self.steps = options.steps

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .intervals import Interval, digest_file, interval_from_digest
-from .layout import find_snapshots
+from .layout import _step_folder, find_snapshots
 from .readable import cell_numbers, know_cells
 from .snapshot import SnapshotError
 from .state import STATE
@@ -58,11 +58,11 @@ def read_intervals(
     wait_for_writes()
     files = find_snapshots(paths)
     stats = [_stat(p) for p in files]
-    first: dict[tuple[int, int], int] = {}  # each file once: where it was first reached by its own name
+    first: dict[tuple[int, int], int] = {}  # each file once: where a step folder names it, by its own name
     for n, st in enumerate(stats):
         seen = first.setdefault((st.st_dev, st.st_ino), n)
-        if seen != n and files[seen].is_symlink() and not files[n].is_symlink():
-            first[st.st_dev, st.st_ino] = n  # a link (verl's latest_rank0.pickle) names no step folder
+        if seen != n and _naming(files[n]) < _naming(files[seen]):
+            first[st.st_dev, st.st_ino] = n  # not a link beside the steps, as verl's latest_rank0.pickle
     if len(first) < len(files):
         kept = sorted(first.values())
         files, stats = [files[n] for n in kept], [stats[n] for n in kept]
@@ -91,6 +91,12 @@ def read_intervals(
         interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
         for n, (p, st, d) in enumerate(zip(files, stats, digests))
     ]
+
+
+def _naming(path: Path) -> tuple[bool, bool]:
+    """How well a path names a file reached twice (lower is better): in a step folder first,
+    then by its own name rather than through a link."""
+    return _step_folder(path.parent.name) is None, path.is_symlink()
 
 
 def _stat(path: Path) -> os.stat_result:
@@ -181,42 +187,41 @@ def _folders_apart(paths: Sequence[str | os.PathLike[str]], loaded: list[Interva
     """Two folders given that hold the same step of the same run (``exp1/profile`` and
     ``exp2/profile``: both the run "profile") would merge, one file hiding the other: refused.
     Files given one by one may repeat a step (a kernel restarted): the newer stands, as said."""
-    folders = [(Path(p), os.path.realpath(p)) for p in paths if os.path.isdir(p)]
-    if len(folders) < 2:
-        return
-
-    def place(real: str) -> str:
-        """The outermost folder given that holds ``real``: one folder spelled twice, or given
-        inside another given one, is one place."""
-        return min((r for _, r in folders if real == r or real.startswith(r.rstrip(os.sep) + os.sep)), key=len)
-
-    seen: dict[tuple[Any, ...], tuple[str, Path]] = {}
-    for iv in loaded:
-        given = next(((f, r) for f, r in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
-        if given is None:
-            continue
-        where = place(given[1])
-        other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), (where, given[0]))
-        if other[0] != where:
-            raise _held_twice(other[1], given[0], iv)
+    _apart([(paths, loaded)])
 
 
 def batches_apart(batches: Sequence[tuple[Sequence[str | os.PathLike[str]], list[Interval]]]) -> None:
     """Paths read apart that end in one run (``memsnap a=exp1/profile a=exp2/profile``, or two
     unnamed folders with a named one between) must not hold one step twice either: refused as
     ``_folders_apart`` refuses it within one read, not merged with one file hiding the other."""
-    seen: dict[tuple[Any, ...], Path] = {}
-    for paths, loaded in batches:
-        folders = [Path(p) for p in paths if os.path.isdir(p)]
-        mine: dict[tuple[Any, ...], tuple[Path, Interval]] = {}
+    if len(batches) > 1:
+        _apart(batches)
+
+
+def _apart(batches: Sequence[tuple[Sequence[str | os.PathLike[str]], list[Interval]]]) -> None:
+    """No step of a run in two places given. A place is the outermost folder given that holds a
+    file, whichever batch gave it: one folder spelled twice, or given inside another, is one."""
+    given = {Path(p): os.path.realpath(p) for paths, _ in batches for p in paths if os.path.isdir(p)}
+    if len(given) < 2:
+        return
+    reals = set(given.values())
+
+    def outermost(real: str) -> str:
+        best, here = real, real
+        while (up := os.path.dirname(here)) != here:
+            best, here = (up if up in reals else best), up
+        return best
+
+    place = {folder: outermost(real) for folder, real in given.items()}
+    seen: dict[tuple[Any, ...], tuple[str, Path]] = {}
+    for _, loaded in batches:
         for iv in loaded:
-            given = next((f for f in folders if iv.path is not None and iv.path.is_relative_to(f)), None)
-            if given is not None:
-                mine.setdefault((iv.run, iv.step, iv.rank, iv.device), (given, iv))
-        for key, (given, iv) in mine.items():
-            other = seen.setdefault(key, given)
-            if other is not given and os.path.realpath(other) != os.path.realpath(given):
-                raise _held_twice(other, given, iv)
+            folder = next((f for f in iv.path.parents if f in place), None) if iv.path is not None else None
+            if folder is None:
+                continue
+            other = seen.setdefault((iv.run, iv.step, iv.rank, iv.device), (place[folder], folder))
+            if other[0] != place[folder]:
+                raise _held_twice(other[1], folder, iv)
 
 
 def _held_twice(one: Path, other: Path, iv: Interval) -> SnapshotError:

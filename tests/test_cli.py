@@ -379,6 +379,10 @@ def test_runs_of_several_ranks_are_compared_one_bar_per_run_and_step(verl_folder
     assert [(iv.step, iv.rank, iv.peak_allocated) for iv in first] == [(1, 1, 4096), (3, 0, 8192)]
     assert [iv.step for iv in second] == [1, 5, 10]  # one bar per step, whichever rank
     assert "each step of a run from its rank with the highest peak" in capsys.readouterr().out
+    for rank in (0, 1):  # runs of one rank each (not the same one): nothing to pick, nothing said
+        _bare(tmp_path / f"r{rank}" / "step1" / f"torch_memory_rank{rank}_pid1.pickle", 1024)
+    assert main(["plot", f"c={tmp_path / 'r0'}", f"d={tmp_path / 'r1'}", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("(2 snapshots: 1 step × 2 ranks × 2 runs)\n")
 
 
 def test_a_step_in_two_files_that_do_not_say_when_is_not_called_newer(tmp_path, capsys):
@@ -388,3 +392,51 @@ def test_a_step_in_two_files_that_do_not_say_when_is_not_called_newer(tmp_path, 
     out = capsys.readouterr()
     assert [r["peak_allocated"] for r in json.loads(out.out)] == [2048]
     assert "newer" not in out.err and f"step 1 rank 0 is in two files; skipped {one}, read before the other" in out.err
+
+
+def test_a_linked_run_folder_is_named_as_it_really_is(tmp_path, capsys):
+    for exp, size in (("exp_0101", 1024), ("exp_0102", 2048)):
+        _bare(tmp_path / "store" / exp / "step1" / "torch_memory_rank0_pid1.pickle", size)
+    for side, exp in (("a", "exp_0101"), ("b", "exp_0102")):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "current").symlink_to(tmp_path / "store" / exp)
+    (tmp_path / "mylink.pickle").symlink_to(
+        tmp_path / "store" / "exp_0101" / "step1" / "torch_memory_rank0_pid1.pickle"
+    )
+    assert main(["summarize", str(tmp_path / "a" / "current"), str(tmp_path / "b" / "current"), "--json"]) == 0
+    assert [(r["run"], r["peak_allocated"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("exp_0101", 1024),
+        ("exp_0102", 2048),
+    ]
+    assert main(["summarize", str(tmp_path / "mylink.pickle"), "--json"]) == 0
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)] == ["exp_0101"]
+
+
+def test_a_folder_given_with_a_folder_inside_it_is_one_place_in_any_order(tmp_path, capsys):
+    for step in (1, 2):
+        _bare(tmp_path / "run" / f"step{step}" / "torch_memory_rank0_pid1.pickle", 1024 * step)
+    _bare(tmp_path / "other" / "step1" / "torch_memory_rank0_pid1.pickle", 4096)
+    run, inner, other = (str(tmp_path / p) for p in ("run", "run/step1", "other"))
+    for argv in (
+        [run, inner, f"x={other}"],
+        [run, f"x={other}", inner],
+        [f"p={run}", f"p={inner}"],
+        [f"p={run}", f"p={run}"],
+    ):
+        assert main(["summarize", *argv, "--json"]) == 0, (argv, capsys.readouterr().err)
+        out = capsys.readouterr()
+        assert out.err == "", argv  # the same file twice is read once, not "in two files"
+        records = json.loads(out.out)
+        assert [(r["step"], r["peak_allocated"]) for r in records if r["run"] != "x"] == [(1, 1024), (2, 2048)], argv
+
+
+def test_a_file_reached_twice_is_named_by_its_step_folder_even_when_both_are_links(tmp_path, capsys):
+    v = tmp_path / "v"
+    for step in (1, 2):
+        blob = _bare(tmp_path / "store" / f"blob{step}.pickle", 1024 * step)
+        (v / f"step{step}").mkdir(parents=True)
+        (v / f"step{step}" / "mem_rank0.pickle").symlink_to(blob)  # a content store's links
+    (v / "latest_rank0.pickle").symlink_to(v / "step2" / "mem_rank0.pickle")
+    assert main(["summarize", str(v), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["tag"], r["peak_allocated"]) for r in records] == [(1, "mem", 1024), (2, "mem", 2048)]

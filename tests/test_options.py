@@ -60,8 +60,21 @@ def test_help_lists_every_option_with_an_example():
 def test_a_recorder_namespace_that_is_no_dict_is_a_type_error_when_made(namespace):
     from memsnap_magic import Recorder
 
-    with pytest.raises(TypeError, match="namespace= is a dict of names"):
+    with pytest.raises(TypeError, match="namespace= is a mapping of names"):
         Recorder(namespace=namespace)
+
+
+def test_a_recorder_takes_any_mapping_as_its_namespace(tmp_path):
+    import types
+
+    from memsnap_magic import Recorder
+
+    class Holder:
+        pass
+
+    with Recorder(namespace=types.MappingProxyType(vars(Holder)), out=str(tmp_path), device="cpu") as rec:
+        pass
+    assert [iv.step for iv in rec.intervals] == [1]
 
 
 def test_recorder_keywords_are_converted_directly():
