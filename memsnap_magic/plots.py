@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import AutoLocator, FuncFormatter, NullLocator
+from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator
 
 from .plotkit import (
     FONT,
@@ -213,6 +214,7 @@ def _size_panel(ax: Any, labels: Sequence[str]) -> None:
     """The axes of the snapshot-size panel: entries counted from 0."""
     panel_title(ax, "Snapshot size (entries)")
     ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator("auto", integer=True, steps=[1, 2, 2.5, 5, 10]))  # counts
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(v):,}"))
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -354,6 +356,11 @@ def detail_figure(iv: Any, fig: Figure | None = None, *, name_rank: bool = False
         return fig
     ax.xaxis.set_major_locator(AutoLocator())
     ms = (t - t[0]) / 1000.0
+    # from the start, before the first event, to a little past the last: a step of one event
+    # draws its rise, and a step that only frees has its peak (its start) on the line
+    span = float(ms[-1] - ms[0])
+    ms = np.concatenate(([ms[0]], ms, [ms[-1] + (span * 0.02 if span > 0 else 0.001)]))
+    y = np.concatenate(([iv.baseline_allocated], y, [y[-1]]))
     ax.step(ms, y, where="post", color=RISE, linewidth=1.2, label="allocated")
     ax.axhline(
         iv.baseline_allocated,

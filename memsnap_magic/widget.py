@@ -127,14 +127,18 @@ class Dashboard:
             event.on_dom_event(self._on_pointer)
         self.superseded = False
         self._still: Any = None  # the display handle of the still copy, once displayed
-        self.session.subscribe(self._on_new_interval)
+        self.session.subscribe(self._on_session)
         previous = STATE.live_dashboard() if STATE.live_dashboard is not None else None
         if previous is not None and previous is not self:
             previous.supersede()
         STATE.live_dashboard = weakref.ref(self)  # weakly: a dashboard nobody shows may go
         self.refresh(newest=True)
 
-    def _on_new_interval(self, _: Session) -> None:
+    def _on_session(self, _: Session) -> None:
+        """A step added, or the session reset: then the step picked is gone, and the next one
+        recorded is shown (following the newest again)."""
+        if not self.session.intervals:
+            self.follow.value = True
         self.refresh(newest=self.follow.value)
 
     def _on_step(self, _: Any) -> None:
@@ -186,7 +190,7 @@ class Dashboard:
         if self.superseded:
             return
         self.superseded = True
-        self.session.unsubscribe(self._on_new_interval)
+        self.session.unsubscribe(self._on_session)
         for event in self._events:
             event.close()
         steps = [iv.step for iv in self.shown()]
@@ -342,6 +346,7 @@ class Dashboard:
             return
         iv = self.selected()
         self._shown_step = iv.step if iv is not None else None
+        self.detail.layout.display = "none" if iv is None else ""  # an empty image shows as broken
         if iv is None:
             self.detail_fig = None
             self.detail.value = b""
@@ -369,7 +374,7 @@ class Dashboard:
 
     def close(self) -> None:
         """Close the widgets; the session then stops updating this dashboard."""
-        self.session.unsubscribe(self._on_new_interval)
+        self.session.unsubscribe(self._on_session)
         for event in self._events:
             event.close()
         _close_all(self.root)

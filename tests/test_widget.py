@@ -446,3 +446,52 @@ def test_the_interval_table_lines_up_under_wide_run_names():
         for line in interval_table([wide, narrow]).splitlines()
     ]
     assert len({re.match(r"\S+\s+", line).end() for line in shown}) == 1  # the step column starts at one place
+
+
+def _one_step(step, base, values, t0=0):
+    iv = interval(step, base, max(base, *values), values[-1])
+    iv.time_us = np.arange(len(values), dtype=np.int64) * 1000 + t0
+    iv.allocated = np.array(values, dtype=np.int64)
+    return iv
+
+
+@pytest.mark.parametrize(
+    "base, values",
+    [(1 * MiB, [3 * MiB]), (16 * MiB, [0]), (16 * MiB, [8 * MiB, 0]), (2 * MiB, [2 * MiB, 5 * MiB, 1 * MiB])],
+    ids=["one allocation", "a free at once", "frees only", "rise and fall"],
+)
+def test_a_steps_timeline_starts_at_its_start_and_marks_its_peak_on_the_line(base, values):
+    from memsnap_magic import plots
+
+    iv = _one_step(4, base, values)
+    ax = plots.detail_figure(iv).axes[0]
+    (curve,) = line(ax, "allocated")
+    x, y = (np.asarray(v, dtype=float) for v in curve.get_data())
+    assert y[0] == base and y[-1] == values[-1] and x[-1] > x[0]  # a line, even of one event
+    (marker,) = [ln for ln in ax.lines if ln.get_label().startswith("peak")]
+    mx, my = (float(v[0]) for v in marker.get_data())
+    assert my == iv.peak_allocated == max(y)
+    assert mx == x[int(np.argmax(y))]  # where the line first reaches it
+
+
+def test_an_empty_dashboard_hides_its_step_picture_and_counts_entries_in_whole_numbers():
+    d = Dashboard(Session())
+    assert d.detail.layout.display == "none"
+    size_ax = d.overview_fig.axes[-1]
+    d.overview_fig.canvas.draw()
+    labels = [t.get_text() for t in size_ax.get_yticklabels() if t.get_text()]
+    assert labels and len(set(labels)) == len(labels)  # no "0, 0, 0, 1" from fractional ticks
+    assert all(float(v).is_integer() for v in size_ax.get_yticks())
+    d.session.add(interval(1, MiB, 2 * MiB, MiB))
+    assert d.detail.layout.display == "" and d.detail.value[:4] == b"\x89PNG"
+
+
+def test_a_reset_brings_a_dashboard_back_to_following_the_newest(session):
+    d = Dashboard(session)
+    d.step.value = 0  # picked: it stops following
+    assert not d.follow.value
+    session.reset()
+    assert d.follow.value
+    for step in (4, 5):
+        session.add(interval(step, MiB, 2 * MiB, MiB))
+    assert d.selected().step == 5
