@@ -346,6 +346,8 @@ class Dashboard:
             return
         iv = self.selected()
         self._shown_step = iv.step if iv is not None else None
+        at, last = self.step.value, len(self.step.options) - 1
+        self.prev.disabled, self.next.disabled = at is None or at <= 0, at is None or at >= last  # at the ends
         self.detail.layout.display = "none" if iv is None else ""  # an empty image shows as broken
         if iv is None:
             self.detail_fig = None

@@ -495,3 +495,14 @@ def test_a_reset_brings_a_dashboard_back_to_following_the_newest(session):
     for step in (4, 5):
         session.add(interval(step, MiB, 2 * MiB, MiB))
     assert d.selected().step == 5
+
+
+def test_the_step_buttons_are_off_at_the_ends(session):
+    d = Dashboard(session)
+    assert (d.prev.disabled, d.next.disabled) == (False, True)  # on the newest of three
+    d._move(-1)
+    assert (d.prev.disabled, d.next.disabled) == (False, False)
+    d._move(-1)
+    assert (d.prev.disabled, d.next.disabled) == (True, False)
+    session.reset()
+    assert d.prev.disabled and d.next.disabled
