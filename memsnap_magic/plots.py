@@ -354,7 +354,6 @@ def detail_figure(iv: Any, fig: Figure | None = None, *, name_rank: bool = False
         ax.yaxis.set_major_locator(NullLocator())
         ax.set_xlabel("")
         return fig
-    ax.xaxis.set_major_locator(AutoLocator())
     ms = (t - t[0]) / 1000.0
     # from the start, before the first event, to a little past the last: a step of one event
     # draws its rise, and a step that only frees has its peak (its start) on the line
@@ -371,7 +370,12 @@ def detail_figure(iv: Any, fig: Figure | None = None, *, name_rank: bool = False
     )
     peak_at = int(y.argmax())
     ax.plot([ms[peak_at]], [y[peak_at]], "v", color=CUMUL, markersize=9, label=f"peak {fmt_bytes(iv.peak_allocated)}")
-    ax.set_xlabel("time since the step's first event (ms)")
+    if span > 0:
+        ax.xaxis.set_major_locator(AutoLocator())
+        ax.set_xlabel("time since the step's first event (ms)")
+    else:  # no time to show a scale of
+        ax.xaxis.set_major_locator(NullLocator())
+        ax.set_xlabel("every event at one instant")
     ax.margins(y=0.1)
     byte_axis(ax, from_zero=False)
     return fig

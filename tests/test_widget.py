@@ -472,6 +472,9 @@ def test_a_steps_timeline_starts_at_its_start_and_marks_its_peak_on_the_line(bas
     mx, my = (float(v[0]) for v in marker.get_data())
     assert my == iv.peak_allocated == max(y)
     assert mx == x[int(np.argmax(y))]  # where the line first reaches it
+    one_instant = len(values) == 1
+    assert (ax.get_xlabel() == "every event at one instant") == one_instant
+    assert (len(ax.get_xticks()) == 0) == one_instant  # no time scale where no time passed
 
 
 def test_an_empty_dashboard_hides_its_step_picture_and_counts_entries_in_whole_numbers():
