@@ -66,7 +66,7 @@ class PathInfo:
 
 def parse_path(path: str | os.PathLike[str]) -> PathInfo:
     path = Path(path)
-    step, tag = _step_folder(path.parent.name), _TAG.match(path.name)
+    step, tag = step_folder(path.parent.name), _TAG.match(path.name)
     ranks = _RANK.findall(path.name)  # the last: a tag may itself say "rank0" ("rank0_rank3_...")
     return PathInfo(
         step=step,
@@ -75,7 +75,7 @@ def parse_path(path: str | os.PathLike[str]) -> PathInfo:
     )
 
 
-def _step_folder(name: str) -> int | None:
+def step_folder(name: str) -> int | None:
     """The step a folder named ``step<N>`` holds, N a step a file can hold; else None."""
     found = _STEP.match(name)
     step = int(found.group(1)) if found else None
@@ -90,7 +90,7 @@ def folder_run(path: str | os.PathLike[str]) -> str:
     path = Path(path)
     where = os.path.realpath(path) if path.is_symlink() else os.path.abspath(path)
     folder = os.path.dirname(where)
-    if _step_folder(os.path.basename(folder)) is not None:
+    if step_folder(os.path.basename(folder)) is not None:
         folder = os.path.dirname(folder)
     return run_name(os.path.basename(os.path.realpath(folder))) or "loaded"
 
@@ -303,7 +303,7 @@ def _inside(folder: Path) -> list[Path]:
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False) or (
-                    _step_folder(entry.name) is not None and entry.is_symlink() and entry.is_dir()
+                    step_folder(entry.name) is not None and entry.is_symlink() and entry.is_dir()
                 ):
                     stack.append(entry.path)
                 elif os.path.splitext(entry.name)[1] in SUFFIXES and entry.is_file():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .intervals import Interval, digest_file, interval_from_digest
-from .layout import _step_folder, find_snapshots
+from .layout import find_snapshots, step_folder
 from .readable import cell_numbers, know_cells
 from .snapshot import SnapshotError
 from .state import STATE
@@ -96,7 +96,7 @@ def read_intervals(
 def _naming(path: Path) -> tuple[bool, bool]:
     """How well a path names a file reached twice (lower is better): in a step folder first,
     then by its own name rather than through a link."""
-    return _step_folder(path.parent.name) is None, path.is_symlink()
+    return step_folder(path.parent.name) is None, path.is_symlink()
 
 
 def _stat(path: Path) -> os.stat_result:

@@ -137,8 +137,9 @@ class Dashboard:
     def _on_session(self, _: Session) -> None:
         """A step added, or the session reset: then the step picked is gone, and the next one
         recorded is shown (following the newest again)."""
-        if not self.session.intervals:
-            self.follow.value = True
+        if not self.session.intervals and not self.follow.value:
+            self.follow.value = True  # which refreshes
+            return
         self.refresh(newest=self.follow.value)
 
     def _on_step(self, _: Any) -> None:
