@@ -80,28 +80,16 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
             batches[-1][1].append(given)
         else:
             batches.append((None, [given]))
-    read = [(batch, read_run(batch, run, progress=sys.stderr.isatty(), jobs=jobs)) for run, batch in batches]
-    batches_apart(read)
     files: set[tuple[int, int]] = set()  # a file given again in another batch (p=run p=run) is read once
-    loaded = [iv for _, ivs in read for iv in ivs if _first_time(iv, files)]
+    progress = sys.stderr.isatty()
+    read = [(batch, read_run(batch, run, progress, jobs, already=files)) for run, batch in batches]
+    batches_apart(read)
+    loaded = [iv for _, ivs in read for iv in ivs]
     s = Session()
     skipped = [old for old in s.add_all(in_step_order(loaded)) if old is not None]
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped
         print(skipped_line(skipped), file=sys.stderr)
     return s
-
-
-def _first_time(iv: Any, files: set[tuple[int, int]]) -> bool:
-    """Whether ``iv``'s file is not among ``files`` (then it joins them)."""
-    try:
-        st = os.stat(iv.path)
-    except (OSError, TypeError):  # gone meanwhile, or no path: kept as read
-        return True
-    key = (st.st_dev, st.st_ino)
-    if key in files:
-        return False
-    files.add(key)
-    return True
 
 
 Group = tuple[str, int, str]  # run, rank, device: the steps a leak is looked for across

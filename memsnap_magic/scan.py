@@ -40,10 +40,15 @@ def default_jobs() -> int:
 
 
 def read_intervals(
-    paths: Iterable[str | os.PathLike[str]], progress: bool = False, jobs: int = 1, position: int = 1
+    paths: Iterable[str | os.PathLike[str]],
+    progress: bool = False,
+    jobs: int = 1,
+    position: int = 1,
+    already: set[tuple[int, int]] | None = None,
 ) -> list[Interval]:
     """Files and folders (searched recursively) as intervals, with a progress bar if asked; the
-    n-th file's step is ``position + n`` when nothing names one.
+    n-th file's step is ``position + n`` when nothing names one. ``already``: the files (device,
+    inode) an earlier call read, left out here; those read here join it.
 
     A file's summary (beside it or cached, see ``summaries``) stands in for it while it is the
     same file; the others are read, by ``jobs`` worker processes where they add up to
@@ -58,11 +63,15 @@ def read_intervals(
     wait_for_writes()
     files = find_snapshots(paths)
     stats = [_stat(p) for p in files]
+    read = already if already is not None else set()
     first: dict[tuple[int, int], int] = {}  # each file once: where a step folder names it, by its own name
     for n, st in enumerate(stats):
+        if (st.st_dev, st.st_ino) in read:
+            continue
         seen = first.setdefault((st.st_dev, st.st_ino), n)
         if seen != n and _naming(files[n]) < _naming(files[seen]):
             first[st.st_dev, st.st_ino] = n  # not a link beside the steps, as verl's latest_rank0.pickle
+    read.update(first)
     if len(first) < len(files):
         kept = sorted(first.values())
         files, stats = [files[n] for n in kept], [stats[n] for n in kept]
@@ -232,14 +241,19 @@ def _held_twice(one: Path, other: Path, iv: Interval) -> SnapshotError:
 
 
 def read_run(
-    paths: Sequence[str | os.PathLike[str]], name: str | None = None, progress: bool = False, jobs: int = 1
+    paths: Sequence[str | os.PathLike[str]],
+    name: str | None = None,
+    progress: bool = False,
+    jobs: int = 1,
+    already: set[tuple[int, int]] | None = None,
 ) -> list[Interval]:
     """Every file under ``paths`` as intervals, each in its own run (see ``interval_from_digest``),
     or all in the run ``name``: then they must hold one run, so naming never merges two.
+    ``already``: as ``read_intervals``' (files an earlier read of the same command took).
 
     In step order, whatever order the paths came in (``step*`` globs to step1, step10, step2):
     the cumulative figures are what a never-cleared recording would have shown step by step."""
-    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs), by_time=True)
+    loaded = in_step_order(read_intervals(paths, progress=progress, jobs=jobs, already=already), by_time=True)
     _folders_apart(paths, loaded)
     if name is not None:
         runs = sorted({iv.run for iv in loaded})
