@@ -203,6 +203,7 @@ class State:
     previous_keys: set[tuple[Any, ...]] = field(default_factory=set)
     log: io.StringIO = field(default_factory=io.StringIO)
     deadline: float = float("inf")  # time.perf_counter() after which no section starts
+    bare_phases: dict[str, list[float]] = field(default_factory=dict)  # the bare recorder's split
 
 
 # --------------------------------------------------------------------------- shell and cells
@@ -425,8 +426,87 @@ def reference_peak(snap: dict[str, Any], device: int) -> int:
     return peak
 
 
-def step_record(state: State, step: int, phase: Phase, window: tuple[int, int], notes: list[str]) -> dict[str, Any]:
-    """Load the step's file, run the reset checks, compare the peaks."""
+ROUND = 512  # the caching allocator rounds every request up to a multiple of this (kMinBlockSize)
+
+
+def peak_rounding(snap: dict[str, Any], device: int) -> dict[str, int]:
+    """What the allocator's blocks add to the requested bytes alive at the snapshot's peak.
+
+    The trace holds requested bytes; ``max_memory_allocated`` counts blocks. Each block alive at
+    the (first) requested peak adds its block size less its request: read from the end state's
+    segments when the block is still there (a large block is not split when <= 1 MiB would remain,
+    so no rule can say), else the request rounded up to 512 B (``from_rule``).
+    """
+    trace = snap["device_traces"][device] if device < len(snap["device_traces"]) else []
+    frees = (
+        ("free_completed", "free")
+        if any(e["action"] in ("free_completed", "free") for e in trace)
+        else ("free_requested",)
+    )
+    end_blocks: dict[int, tuple[int, int]] = {}  # addr -> (block size, requested) at the end
+    for seg in snap["segments"]:
+        if seg["device"] != device:
+            continue
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                end_blocks[addr] = (b["size"], b.get("requested_size") or b["size"])
+            addr += b["size"]
+    events = [
+        (e["action"] == "alloc", e["addr"], e["size"]) for e in trace if e["action"] == "alloc" or e["action"] in frees
+    ]
+    live: dict[int, int] = {}
+    before: dict[int, int] = {}  # alive when the trace began
+    for is_alloc, addr, size in events:
+        if is_alloc:
+            live[addr] = size
+        elif live.pop(addr, None) is None:
+            before[addr] = size
+    for addr, (_, requested) in end_blocks.items():
+        if addr not in live:  # alive throughout
+            before.setdefault(addr, requested)
+    alive, cur = dict(before), sum(before.values())
+    peak, peak_at, at_peak = cur, -1, dict(alive)
+    for i, (is_alloc, addr, size) in enumerate(events):
+        if is_alloc:
+            alive[addr] = size
+            cur += size
+        else:
+            cur -= alive.pop(addr, 0)
+        if cur > peak:
+            peak, peak_at, at_peak = cur, i, dict(alive)
+    freed_later = {addr for is_alloc, addr, _ in events[peak_at + 1 :] if not is_alloc}
+    from_segments = from_rule = 0
+    for addr, requested in at_peak.items():
+        end = end_blocks.get(addr)
+        if end is not None and addr not in freed_later and end[1] == requested:
+            from_segments += end[0] - requested
+        else:
+            from_rule += -requested % ROUND
+    return {"requested_peak": peak, "from_segments": from_segments, "from_rule": from_rule}
+
+
+def allocator_stats(plan: Plan) -> dict[str, int] | None:
+    """The allocator's own peaks since the interval began (the magic resets them at its start)."""
+    if plan.device != "cuda":
+        return None
+    stats = torch.cuda.memory_stats()
+    return {
+        "requested_peak": int(stats.get("requested_bytes.all.peak", -1)),
+        "allocated_peak": int(stats["allocated_bytes.all.peak"]),
+    }
+
+
+def step_record(
+    state: State,
+    step: int,
+    phase: Phase,
+    window: tuple[int, int],
+    notes: list[str],
+    stats: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Load the step's file, run the reset checks, compare the peaks. ``stats``: the allocator's
+    peaks as the step ended (``allocator_stats``), where it did not end with the cell."""
     from memsnap_magic import load_snapshot
 
     plan = state.plan
@@ -443,6 +523,9 @@ def step_record(state: State, step: int, phase: Phase, window: tuple[int, int], 
     index = torch.cuda.current_device() if plan.device == "cuda" else 0
     alloc_peak = iv.allocator_peak_allocated
     snap_peak = iv.peak_allocated
+    stats = stats or allocator_stats(plan)
+    rounding = peak_rounding(snap, index)
+    explained = snap_peak + rounding["from_segments"] + rounding["from_rule"]
     return {
         "step": step,
         "phase": phase.name,
@@ -453,6 +536,14 @@ def step_record(state: State, step: int, phase: Phase, window: tuple[int, int], 
         "reference_peak_allocated": reference_peak(snap, index),
         "allocator_max_memory_allocated": None if alloc_peak is None else int(alloc_peak),
         "peak_gap_rel": None if not alloc_peak else (alloc_peak - snap_peak) / alloc_peak,
+        # the gap to the byte: the allocator's own requested-bytes peak is the snapshot's, and the
+        # blocks alive at that peak add their rounding (read from the segments, else 512 B)
+        "allocator_requested_peak": None if stats is None else stats["requested_peak"],
+        "rounding_at_peak": rounding,
+        "peak_explained": None if alloc_peak is None else explained,
+        "peak_explained_to_the_byte": None
+        if stats is None
+        else stats["requested_peak"] == snap_peak and explained == alloc_peak,
         "baseline_allocated": int(iv.baseline_allocated),
         "end_allocated": int(iv.end_allocated),
         "kept": int(iv.kept),
@@ -511,8 +602,11 @@ def run_marked_phase(state: State, phase: Phase) -> None:
         f"    mark(_s)\n"
         f"    t_marked[_s] = time.time_ns() // 1000\n"
         f"    loss = train_step()\n"
-        f"    if _s == {phase.leak_step}:\n" + leak_line(plan, "        ") + "sync()\n"
+        f"    if _s == {phase.leak_step}:\n" + leak_line(plan, "        ") + "    sync()\n"
+        # the allocator's peaks are reset at every mark: read each step's before the next mark
+        "    step_stats[_s] = _allocator_stats()\n"
     )
+    state.shell.user_ns.update(step_stats={}, _allocator_stats=lambda: allocator_stats(plan))
     res, notes = run_cell(state, code)
     end = now_us()
     require_success(res, f"marked cell {listed}")
@@ -524,7 +618,8 @@ def run_marked_phase(state: State, phase: Phase) -> None:
         # step N's snapshot is taken inside mark(N+1): t_marked of the next step bounds it
         hi = ns["t_marked"][phase.steps[n + 1]] if n + 1 < len(phase.steps) else end
         window = (ns["t_start"][step] - margin, hi + margin)
-        state.results["steps"].append(step_record(state, step, phase, window, notes))
+        stats = ns["step_stats"][step]
+        state.results["steps"].append(step_record(state, step, phase, window, notes, stats))
 
 
 def section_phase(phase: Phase) -> Callable[[State], None]:
@@ -576,7 +671,43 @@ def section_oom(state: State) -> None:
         "oom_entry": {k: v for k, v in oom_entries[0].items() if k != "frames"} if oom_entries else None,
         # the report read from the file: the request, free bytes, what was allocated (1 MiB `small`)
         "report": iv.oom,
-        "report_ok": bool(iv.oom) and iv.oom["requested"] == OOM_NUMEL * 4 and iv.oom["allocated"] >= 1 << 22,
+        "report_ok": report_ok(iv.oom),
+        "warnings": notes,
+        "caught": caught_oom(state),
+    }
+
+
+def report_ok(report: dict[str, Any] | None) -> bool:
+    """The report read from the file names the 4 PB request and the 4 MiB ``small`` allocated then."""
+    return bool(report) and report["requested"] == OOM_NUMEL * 4 and report["allocated"] >= 1 << 22
+
+
+def caught_oom(state: State) -> dict[str, Any]:
+    """An out-of-memory error the cell catches itself (a search for the largest batch that fits):
+    the cell succeeds, and the step's file still holds the failed request, reported."""
+    step = OOM_STEP + 1
+    code = (
+        f"%%memsnap step={step} device=cuda tag=oom_caught\n"
+        "small = torch.empty(1 << 20, device=_dev)\n"
+        "try:\n"
+        f"    huge = torch.empty({OOM_NUMEL}, device=_dev)\n"
+        "except torch.cuda.OutOfMemoryError:\n"
+        "    _caught = True\n"
+    )
+    res, notes = run_cell(state, code)
+    iv = interval_for(step, "oom_caught")
+    caught = state.shell.user_ns.pop("_caught", False)
+    state.shell.user_ns.pop("small", None)
+    torch.cuda.empty_cache()
+    return {
+        "step": step,
+        "cell_succeeded": bool(res.success),
+        "caught_in_cell": caught,
+        "interval_error": iv.error,
+        "file_written": iv.path is not None,
+        "report": iv.oom,
+        "report_ok": report_ok(iv.oom),
+        "ok": bool(res.success) and caught and iv.error is None and iv.path is not None and report_ok(iv.oom),
         "warnings": notes,
     }
 
@@ -1079,12 +1210,72 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000) -> tuple[C
             return snap
 
     def dump() -> None:
+        t0 = time.perf_counter()
         snap = snapshot()
+        t1 = time.perf_counter()
         with open(path, "wb") as f:
             pickle.dump(snap, f, protocol=4)
+        t2 = time.perf_counter()
         stop()
+        t3 = time.perf_counter()
+        for name, seconds in (("snapshot", t1 - t0), ("dump", t2 - t1), ("disable", t3 - t2)):
+            phases.setdefault(name, []).append(seconds)
 
+    phases: dict[str, list[float]] = {}
+    dump.phases = phases  # type: ignore[attr-defined]  # seconds of each call, by phase
     return begin, dump
+
+
+def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
+    """What the magic does after a recorded body, as the functions it calls: the foreground (the
+    snapshot, the categories' labels, the step marks, the summary, ending the recording, handing
+    the file over) and the background writer's (the dump, the summary beside it)."""
+    from memsnap_magic import categories, intervals, layout, snapshot, summaries
+    from memsnap_magic.backends.accelerator import AcceleratorBackend
+    from memsnap_magic.backends.cpu import CpuBackend
+    from memsnap_magic.writer import Writer
+
+    backend = AcceleratorBackend if plan.device == "cuda" else CpuBackend
+    return [
+        (backend, "usage"),
+        (backend, "snapshot_marked"),
+        (backend, "allocator_peak"),
+        (categories, "label_snapshot"),
+        (layout, "stamp"),
+        (intervals, "digest"),
+        (backend, "end"),
+        (intervals, "interval_from_digest"),
+        (Writer, "submit"),
+        (snapshot, "dump_snapshot"),
+        (summaries, "write_beside"),
+    ]
+
+
+@contextlib.contextmanager
+def timed_calls(targets: list[tuple[Any, str]]) -> Any:
+    """Time every call of each ``(owner, name)`` while the block runs (any thread): {name: [s]}."""
+    times: dict[str, list[float]] = {name: [] for _, name in targets}
+    saved = []
+    for owner, name in targets:
+        fn = getattr(owner, name)
+        saved.append((owner, name, owner.__dict__.get(name)))
+
+        def wrapper(*args: Any, _fn: Callable[..., Any] = fn, _name: str = name, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                times[_name].append(time.perf_counter() - t0)
+
+        setattr(owner, name, wrapper)
+    try:
+        yield times
+    finally:
+        for owner, name, original in saved:
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
 
 def recorded_and_bare(
@@ -1106,6 +1297,7 @@ def recorded_and_bare(
             f"out={shlex.quote(str(bench / 'memsnap'))}\n{body}"
         )
 
+    state.bare_phases = dump.phases  # type: ignore[attr-defined]
     return bench, {"recorded": recorded, "bare": lambda: f"_bare_begin()\n{body}_bare_dump()\n"}
 
 
@@ -1156,6 +1348,9 @@ def section_overhead(state: State) -> None:
         else "CpuBackend.snapshot + pickle.dump(protocol=4)",
     }
     state.results["overhead"]["profile_after_body"] = profile_recorded_cell(state, recorded())
+    from memsnap_magic import wait_for_writes
+
+    wait_for_writes()  # before its folder goes
     shutil.rmtree(bench, ignore_errors=True)  # timing artifacts only
 
 
@@ -1177,13 +1372,14 @@ def section_large_trace(state: State) -> None:
     after: dict[str, list[float]] = {k: [] for k in cells}
     # the plain cell right after each: it starts by waiting for the magic's background write
     following: dict[str, list[float]] = {k: [] for k in cells}
-    for r in range(plan.large_repeats):
-        for name in ("recorded", "bare") if r % 2 == 0 else ("bare", "recorded"):
-            after[name].append(timed_cell(state, cells[name]())[1])
-            following[name].append(timed_cell(state, "_t_body_end = time.perf_counter()\n")[0])
     from memsnap_magic import session, wait_for_writes
 
-    wait_for_writes()
+    with timed_calls(phase_targets(plan)) as magic_phases:
+        for r in range(plan.large_repeats):
+            for name in ("recorded", "bare") if r % 2 == 0 else ("bare", "recorded"):
+                after[name].append(timed_cell(state, cells[name]())[1])
+                following[name].append(timed_cell(state, "_t_body_end = time.perf_counter()\n")[0])
+        wait_for_writes()
     iv = session().intervals[-1]
     med = {k: statistics.median(v) for k, v in after.items()}
     summarize_ratio = summarize_vs_load(abs_path(iv.path), plan.large_repeats)
@@ -1199,8 +1395,15 @@ def section_large_trace(state: State) -> None:
         "next_cell_s": following,
         "median_next_cell_s": {k: statistics.median(v) for k, v in following.items()},
         "summarize_vs_pickle_load": summarize_ratio,
+        # where the time after the body goes, median seconds a cell: the magic's calls (foreground
+        # up to submit; dump_snapshot and write_beside run in the background) and the bare route's
+        "split_s": {
+            "magic": {k: statistics.median(v) if v else None for k, v in magic_phases.items()},
+            "bare": {k: statistics.median(v) for k, v in state.bare_phases.items()},
+        },
         "profile_after_body": profile_recorded_cell(state, recorded()),
     }
+    wait_for_writes()  # before its folder goes
     shutil.rmtree(bench, ignore_errors=True)
 
 
@@ -1325,7 +1528,13 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
             s["snapshot_peak_allocated"] == s["reference_peak_allocated"] for s in steps
         ),
         "max_peak_gap_rel": max(gaps) if gaps else None,
-        "oom_ok": None if oom.get("skipped", True) else bool(oom.get("error_is_cuda_oom") and oom.get("oom_entries")),
+        "peaks_explained_to_the_byte": None
+        if not steps or steps[0].get("peak_explained_to_the_byte") is None
+        else all(s["peak_explained_to_the_byte"] for s in steps),
+        "oom_ok": None
+        if oom.get("skipped", True)
+        else bool(oom.get("error_is_cuda_oom") and oom.get("oom_entries") and oom.get("report_ok")),
+        "caught_oom_ok": None if oom.get("skipped", True) else bool((oom.get("caught") or {}).get("ok")),
         "auto_device_ok": (results.get("auto_device") or {}).get("ok"),
         "async_allocator_refused": (results.get("async_allocator") or {}).get("ok"),
         "demo_ok": (results.get("demo") or {}).get("ok"),
@@ -1359,7 +1568,8 @@ def print_summary(results: dict[str, Any]) -> None:
     else:
         print(
             f"oom: {oom['error_type']} · unchanged={oom['error_is_cuda_oom']} · "
-            f"oom entries={oom['oom_entries']} · {oom['elapsed_s']} s"
+            f"oom entries={oom['oom_entries']} · report={oom['report_ok']} · {oom['elapsed_s']} s · "
+            f"caught in the cell: ok={(oom.get('caught') or {}).get('ok')}"
         )
     ratio = results.get("overhead_ratio")
     lat = results.get("added_latency_ratio")
@@ -1369,6 +1579,17 @@ def print_summary(results: dict[str, Any]) -> None:
         f"body_overhead_ratio={'-' if body is None else f'{body:.3f}'} · "
         f"added_latency_ratio={'-' if lat is None else f'{lat:.3f}'}"
     )
+    large = results.get("large_trace") or {}
+    if large:
+        split = large["split_s"]
+        ms = lambda d: ", ".join(f"{k} {v * 1e3:.1f}" for k, v in d.items() if v is not None)  # noqa: E731
+        after = {k: f"{v * 1e3:.0f} ms" for k, v in large["median_after_body_s"].items()}
+        print(
+            f"large_trace: {large['trace_entries']} entries · added_latency_ratio={large['added_latency_ratio']:.3f} "
+            f"({after['recorded']} vs {after['bare']})"
+        )
+        print(f"  magic, ms a cell: {ms(split['magic'])}")
+        print(f"  bare,  ms a cell: {ms(split['bare'])}")
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
         print(f"section {e['section']} FAILED: {e['error']}")

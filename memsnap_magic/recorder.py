@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import options as opts
+from .nogc import no_gc
 from .notice import blamed_on, caller_outside, warn
 from .state import STATE, ChainSteps
 
@@ -571,6 +572,13 @@ class Recorder:
     def _finish(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
         """``keep``: leave recording on after the dump; ``cleared``: whether the history this
         snapshot holds is cleared before the next one (False only for ``clear=false``)."""
+        # a snapshot is up to millions of acyclic dicts and lists, made and walked here: each
+        # collection meanwhile walks them all and frees nothing (on a 210k-entry CUDA step the
+        # magic's snapshot took 379 ms with collections on)
+        with no_gc():
+            self._snapshot_and_hand_over(step, error, keep, cleared)
+
+    def _snapshot_and_hand_over(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
         # Until the snapshot is taken every Python call is recorded on CPU (the tracer): as few as can be.
         backend, o = self._backend, self.options
         assert backend is not None
@@ -581,7 +589,7 @@ class Recorder:
             warn(
                 f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
                 "(%memsnap off?); nothing was written",
-                stacklevel=3,
+                stacklevel=4,
             )
             return
         end_us = time.time_ns() // 1000
@@ -675,7 +683,7 @@ class Recorder:
     def _write_now(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, iv: Interval | None) -> None:
         message = write_files(snap, path, d, iv)
         if message is not None:
-            warn(message, stacklevel=4)
+            warn(message, stacklevel=5)
 
 
 def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> str | None:

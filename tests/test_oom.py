@@ -4,6 +4,8 @@ traces of our own, and on the CPU route, whose allocator raises a ``RuntimeError
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,19 +21,28 @@ from memsnap_magic.text import describe, oom_report
 from memsnap_magic.widget import Dashboard
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_real_cuda_oom_is_reported_from_its_file():
+    # the report the GPU run made from this file as it was written (benchmarks/results/gpu.json)
+    on_gpu = json.loads((ROOT / "benchmarks" / "results" / "gpu.json").read_text())["oom"]["report"]
     (iv,) = read_run([DATA / "cuda_oom.pickle"])
-    assert iv.oom["requested"] == 4_000_000_000_000_000 and iv.oom["device_free"] == 148_926_234_624
-    assert iv.oom["allocated"] == iv.peak_allocated  # the failed request came after the last allocation
+    assert iv.oom["requested"] == 4_000_000_000_000_000  # torch.empty(10**15) of float32, as the script asked
+    assert iv.oom["device_free"] == on_gpu["device_free"] > 100 << 30  # an H200 with little of it used
+    assert iv.oom["allocated"] == iv.peak_allocated == on_gpu["allocated"]  # the request came last
     assert sum(nbytes for _, nbytes, _ in iv.oom["sites"]) <= iv.oom["allocated"]
-    assert iv.oom["site"] == "<module> (cell In[11]:3)"  # the failed request's own line
+    assert iv.oom["site"] == on_gpu["site"] and iv.oom["site"].endswith(":3)")  # the failed request's own line
     report = oom_report(iv)
-    assert report.startswith(
-        "out of memory: asked for 3638.0 TiB at <module> (cell In[11]:3) with 138.7 GiB free; 365.1 MiB allocated then"
-    )
-    assert "<module> (cell In[10]:10) 64.0 MiB" in report
+    free = f"{on_gpu['device_free'] / (1 << 30):.1f} GiB"
+    # the file knows the device's total too (read as the step began): "free of 139.8 GiB"
+    assert re.match(
+        rf"out of memory: asked for 3638\.0 TiB at {re.escape(on_gpu['site'])} with {free} free of 1\d\d\.\d GiB; "
+        r"365\.1 MiB allocated then",
+        report,
+    ), report
+    leak_site = next(site for site, nbytes, _ in on_gpu["sites"] if nbytes == 64 << 20)  # a leaking step's line
+    assert f"{leak_site} 64.0 MiB" in report
     assert "out of memory asking for 3638.0 TiB" in describe(iv)
 
 
