@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import atexit
+import functools
+import inspect
+import re
+
 import pytest
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
@@ -20,6 +25,9 @@ def shell(tmp_path, monkeypatch):
     yield sh
     sh.run_line_magic("unload_ext", "memsnap_magic")
     InteractiveShell.clear_instance()
+    # Each shell registers its own exit handler, which resets it and runs a full collection at
+    # interpreter exit: one per test's shell made the suite take minutes to exit after its summary.
+    atexit.unregister(sh.atexit_operations)
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +54,31 @@ def cpu(shell):
     shell.run_cell("import torch")
     shell.run_line_magic("memsnap", "config device=cpu")
     return shell
+
+
+# The fast inner loop (scripts/test-fast.sh, docs/developing.md) leaves out what is marked slow:
+# whole files that start kernels, browsers, benchmarks or builds; tests that start another process
+# (found in their own source); and a few slow in-process ones, by name.
+SLOW_FILES = {"test_benchmarks.py", "test_browser.py", "test_gpu_check.py", "test_notebooks.py", "test_packaging.py"}
+SLOW_TESTS = {"test_the_start_moves_by_what_plain_cells_did"}
+_STARTS_A_PROCESS = re.compile(r"\bsubprocess\.|\bPopen\(|\bmultiprocessing\b|\bos\.fork\(|\bProcessPool")
+
+
+@functools.cache
+def _starts_a_process(function: object) -> bool:
+    try:
+        return bool(_STARTS_A_PROCESS.search(inspect.getsource(function)))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if (
+            item.path.name in SLOW_FILES
+            or getattr(item, "originalname", item.name) in SLOW_TESTS
+            or item.get_closest_marker("kernel")
+            or item.get_closest_marker("browser")
+            or _starts_a_process(getattr(item, "function", None))
+        ):
+            item.add_marker(pytest.mark.slow)

@@ -49,15 +49,35 @@ def test_readme_links_work_on_the_package_index(wheel):
     description = metadata(wheel).get_payload()
     targets = re.findall(r"\]\(([^)]+)\)", description)
     assert targets, "the README has links"
-    headings = {
-        re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
-        for h in re.findall(r"^#+ (.+)$", (ROOT / "README.md").read_text(), re.M)
-    }
     for target in targets:
         assert target.startswith(("https://", "http://")), target  # nothing relative is left
         if target.startswith(RAW):
             assert (ROOT / target[len(RAW) :]).is_file(), target
         elif target.startswith(f"{REPO}/blob/main/"):
-            assert (ROOT / target[len(f"{REPO}/blob/main/") :]).exists(), target
+            path, _, anchor = target[len(f"{REPO}/blob/main/") :].partition("#")
+            assert (ROOT / path).exists(), target
+            assert not anchor or anchor in headings(ROOT / path), target  # a docs page's section
         elif target.startswith(f"{REPO}#"):
-            assert target.split("#", 1)[1] in headings, target
+            assert target.split("#", 1)[1] in headings(ROOT / "README.md"), target
+
+
+def headings(page: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown page's headings."""
+    return {
+        re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    }
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_relative_links_of_the_readme_and_docs_resolve(page):
+    # the README stays short by linking into docs/: every such link names a file and a section there
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if target.startswith(("https://", "http://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.exists(), f"{page}: {target}"
+        if anchor:
+            assert anchor in headings(linked), f"{page}: {target}"
