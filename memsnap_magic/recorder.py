@@ -89,7 +89,10 @@ def _current_task() -> Any:
 
 def describe_recorder(recorder: Any) -> str:
     steps = getattr(recorder, "steps", None)
-    return f"steps={','.join(map(str, steps))}" if steps else f"step {getattr(recorder, '_current', '?')}"
+    if steps:
+        return f"steps={','.join(map(str, steps))}"
+    step = getattr(recorder, "_current", None)
+    return f"step {step if step is not None else getattr(recorder, '_finishing', '?')}"  # its dump under way
 
 
 def resolve_rank(explicit: int | None = None) -> int:
@@ -166,6 +169,7 @@ class Recorder:
         self._backend: Backend | None = None
         self._out = ""  # options.out made absolute when recording starts: where the files go
         self._current: int | None = None
+        self._finishing: int | None = None  # the step whose dump is under way, as another thread is told
         self._begun: set[int] = set()  # the listed steps mark() began
         self._rank = 0
         self._watch: Watch | None = None  # this interval's parameters, gradients, optimizer state
@@ -303,7 +307,6 @@ class Recorder:
             )
             return
         if started:
-            STATE.active.remove(self)
             self._task = None
         if _MARKED.get() is self:
             _MARKED.set(None)
@@ -312,7 +315,7 @@ class Recorder:
         keep, step = not self.options.clear, self._current
         try:
             if step is not None:
-                self._current = None
+                self._current, self._finishing = None, step
                 self._finish(step, error, keep=keep, cleared=not keep)
         except KeyboardInterrupt:
             keep = False
@@ -322,8 +325,17 @@ class Recorder:
                 stacklevel=2,
             )
         finally:
+            # once the dump ended the recording, a block in another thread may own the device:
+            # what follows touches it only while it is still this one's
+            mine = mine and backend.owner is self
             if not keep and mine and backend.recording:
                 self._quietly(backend.end, keep=False)
+            # the device stays claimed until its recording is off: a block another thread starts
+            # meanwhile runs unrecorded, rather than finding PyTorch's profiler still on
+            if started:
+                with _STARTING:
+                    STATE.active.remove(self)
+            self._finishing = None
             watch, self._watch = self._watch, None  # a Ctrl-C in mark() left one unfinished: its hook comes off
             if watch is not None:
                 self._quietly(watch.detach)
