@@ -354,6 +354,9 @@ def _run(args: argparse.Namespace) -> int:
     except SnapshotError as e:
         print(f"memsnap: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what was read stays cached; the rest is left unread
+        print("memsnap: interrupted", file=sys.stderr)
+        return 130
     except OSError as e:
         print(f"memsnap: {one_line(f'{e.filename or args.command}: {e.strerror or e}')}", file=sys.stderr)
         return 2

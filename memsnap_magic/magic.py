@@ -168,6 +168,8 @@ class MemsnapMagics(Magics):
                 raise UsageError("%memsnap load: give one or more snapshot files or folders (and as=NAME for the run)")
             # every file first: a bad one leaves the session as it was; a bar while cold files are read
             loaded = read_run(paths, run, progress=True, jobs=default_jobs())
+        except KeyboardInterrupt:  # one line, as for a bad file: the cell fails, a run-all stops
+            raise UsageError("%memsnap load: interrupted; nothing was loaded, the session is as it was") from None
         except (SnapshotError, ValueError) as e:
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
         except OSError as e:  # a folder on the way that cannot be entered, a name too long

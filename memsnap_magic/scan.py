@@ -11,6 +11,7 @@ the same either way: the first bad file in order raises.
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -77,29 +78,44 @@ def read_intervals(
         files, stats = [files[n] for n in kept], [stats[n] for n in kept]
     digests = [summaries.read(p, st) for p, st in zip(files, stats)]
     todo = [n for n, d in enumerate(digests) if d is None]
-    jobs = min(max(jobs, 1), len(todo))
     small = sum(stats[n].st_size for n in todo) < PARALLEL_BYTES
-    if small:
-        jobs = 1
+    jobs = 1 if small else _bounded(jobs, len(todo))
     bar = None
     if progress and len(todo) > 1 and not (small and len(todo) < 50):  # a bar only where reading takes a while
         from tqdm import tqdm  # text, also in a notebook: a widget bar would leave a saved notebook a missing model
 
         bar = tqdm(total=len(todo), unit="file", desc="memsnap: reading", leave=False)
+    bad: dict[int, SnapshotError] = {}
     try:
-        for n, found in _digests([files[n] for n in todo], jobs, bar):
+        for n, found in _digests([files[n] for n in todo], jobs, bar):  # as each is read: Ctrl-C keeps these
             n = todo[n]
             if isinstance(found, SnapshotError):
-                raise found
+                bad[n] = found
+                continue
             digests[n] = found
             summaries.store(files[n], stats[n], found)
     finally:
         if bar is not None:
             bar.close()
+    if bad:
+        raise bad[min(bad)]
     return [
         interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
         for n, (p, st, d) in enumerate(zip(files, stats, digests))
     ]
+
+
+def _bounded(jobs: int, files: int) -> int:
+    """Worker processes for ``files`` files: at most one per core this process may run on (more
+    only cost memory, ~40 MB each, and time: 60 on 2 cores read 4x slower), said once when that
+    lowers the request, and no more than there are files."""
+    cores = default_jobs()
+    if jobs > cores and files > cores:
+        STATE.warn_once(
+            "jobs above the cores",
+            f"memsnap: {jobs} reading processes asked for; {cores} used, one per core this process may run on",
+        )
+    return max(1, min(jobs, cores, files))
 
 
 def _naming(path: Path) -> tuple[bool, bool]:
@@ -117,8 +133,8 @@ def _stat(path: Path) -> os.stat_result:
 
 
 def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict[str, Any] | SnapshotError]]:
-    """(index, digest or the file's SnapshotError) of each file, in order: read here, or by
-    ``jobs`` processes that each hold one snapshot at a time."""
+    """(index, digest or the file's SnapshotError) of each file as it is read: here, in order
+    (the first bad file raises), or by ``jobs`` processes that each hold one snapshot at a time."""
     if jobs <= 1:
         for n, path in enumerate(files):
             yield n, digest_file(path)
@@ -130,25 +146,43 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
     from concurrent.futures.process import BrokenProcessPool
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    done: dict[int, dict[str, Any] | SnapshotError] = {}
+    done: set[int] = set()
     context = multiprocessing.get_context(method)
     start = (cell_numbers(), dict(os.environ))
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start, initargs=start) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_start, initargs=start)
+    try:
         futures = {pool.submit(_digest_or_error, path): n for n, path in enumerate(files)}
         try:
             for future in as_completed(futures):
-                done[futures[future]], words = future.result()
+                found, words = future.result()
                 for message in words:  # said here, once a process, as reading here says them
                     STATE.warn_once(f"worker: {message}", message)
                 if bar is not None:
                     bar.update()
+                done.add(futures[future])
+                yield futures[future], found
         except BrokenProcessPool:
             lost = [str(files[n]) for f, n in futures.items() if n not in done]
             raise SnapshotError(
                 f"a process reading {lost[0]}{' or another' if len(lost) > 1 else ''} died (out of memory?); "
                 "jobs=1 reads one file at a time"
             ) from None
-    yield from sorted(done.items())
+    except BaseException:  # Ctrl-C, or the first bad file: what is queued is dropped, not read first
+        _stop_now(pool)
+        raise
+    pool.shutdown()
+
+
+def _stop_now(pool: Any) -> None:
+    """Drop the queued files and end the workers at once: leaving the pool normally waits for
+    every file already handed to it. A worker stopped mid-file leaves no summary (this process
+    writes them, atomically)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor has no public way
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.join(timeout=1)
 
 
 def _worker_start(cells: dict[str, int], environ: dict[str, str]) -> None:
@@ -158,6 +192,9 @@ def _worker_start(cells: dict[str, int], environ: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(environ)
     know_cells(cells)
+    # Ctrl-C reaches every process of the terminal's group: the parent stops the workers; each
+    # of them printing its own traceback would bury its one line
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _digest_or_error(path: Path) -> tuple[dict[str, Any] | SnapshotError, list[str]]:

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import os
 import pickle
+import signal
 import stat
 import sys
 import tempfile
@@ -233,18 +234,51 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], A
     never a half file under ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp normalises its folder as text (link/.. would lose the link): the real folder, then
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
+    tmp: str | None = None
+    f: BinaryIO | None = None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
-        with os.fdopen(fd, "wb") as f:
+        with interrupts_deferred():  # a Ctrl-C between making the temporary and owning it would leave it
+            # mkstemp normalises its folder as text (link/.. would lose the link): the real folder, then
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
+            f = os.fdopen(fd, "wb")
+        with f:  # the write itself can be interrupted: the temporary goes below
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
             write(f)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        with interrupts_deferred():
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """In the main thread, a SIGINT (Ctrl-C) arriving inside is handled as the block ends, by
+    the handler that was set (``KeyboardInterrupt`` by default): the block is never cut short.
+    Elsewhere nothing changes (only the main thread runs signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    try:
+        before = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if caught and callable(before):
+            before(*caught[0])
+        elif caught and before == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 @functools.cache
