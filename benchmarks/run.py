@@ -46,6 +46,7 @@ BENCHMARKS = (
     "dashboard",
     "scan",
     "write",
+    "options",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -9,6 +9,7 @@ checked directly. Both raise ``OptionError`` (a ``ValueError``); the magic turns
 
 from __future__ import annotations
 
+import re
 import shlex
 import textwrap
 from collections.abc import Mapping
@@ -192,7 +193,7 @@ def parse_given(line: str, prog: str = "%%memsnap", unset: bool = False) -> dict
     values: dict[str, Any] = {}
     keys = ", ".join(OPTIONS)
     try:
-        tokens = shlex.split(line, posix=True)
+        tokens = split_line(line)
     except ValueError as e:
         raise OptionError(f"{prog}: cannot split the options: {e}") from None
     for token in tokens:
@@ -207,6 +208,17 @@ def parse_given(line: str, prog: str = "%%memsnap", unset: bool = False) -> dict
     if values.get("step") is not None and values.get("steps") is not None:
         raise OptionError(f"{prog}: give step= or steps=, not both")
     return values
+
+
+_SHLEX_SPACE = re.compile("[ \t\r\n]+")  # shlex's whitespace: not every str.isspace() character
+
+
+def split_line(line: str) -> list[str]:
+    """``shlex.split(line)``, in linear time where the line has no quotes or escapes: shlex
+    builds each token a character at a time (4 s for a steps= list of 100,000 steps)."""
+    if "'" in line or '"' in line or "\\" in line:
+        return shlex.split(line, posix=True)
+    return [t for t in _SHLEX_SPACE.split(line) if t]
 
 
 def _convert(key: str, raw: Any, convert: Any, prog: str) -> Any:

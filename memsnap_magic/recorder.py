@@ -89,8 +89,11 @@ def _current_task() -> Any:
 
 def describe_recorder(recorder: Any) -> str:
     steps = getattr(recorder, "steps", None)
-    if steps:
-        return f"steps={','.join(map(str, steps))}"
+    if steps:  # as written, unless the list is long
+        from .text import brief_numbers
+
+        listed = ",".join(map(str, steps))
+        return f"steps={listed}" if len(listed) <= 60 else f"steps= {brief_numbers(steps)}"
     step = getattr(recorder, "_current", None)
     return f"step {step if step is not None else getattr(recorder, '_finishing', '?')}"  # its dump under way
 
@@ -362,17 +365,18 @@ class Recorder:
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""
-        listed = ",".join(map(str, self.steps or ()))
+        from .text import brief_numbers
+
         missing = [s for s in self.steps or () if s not in self._begun]
         if not self._begun:
             first = missing[0]
             what = f"no listed step began: call mark(step) at the start of each step of the loop (mark({first}) …)"
         else:
             what = (
-                f"step{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} never began "
+                f"step{'s' * (len(missing) > 1)} {brief_numbers(missing)} never began "
                 f"(no mark() for {'them' if len(missing) > 1 else 'it'})"
             )
-        warn(f"memsnap: steps={listed}: {what}; nothing was recorded for them", stacklevel=3)
+        warn(f"memsnap: {describe_recorder(self)}: {what}; nothing was recorded for them", stacklevel=3)
 
     def __enter__(self) -> Recorder:
         return self._enter()

@@ -156,6 +156,15 @@ def step_list(steps: Sequence[int]) -> str:
     return f"steps {number_list(steps)}"
 
 
+def brief_numbers(numbers: Sequence[int], parts: int = 6) -> str:
+    """``number_list`` cut to its first ``parts`` parts and its last number, for a message about a
+    long ``steps=`` list: ``1, 3, 5, 7, 9, 11, …, 19999 (10,000 in all)``."""
+    whole = number_list(numbers).split(", ")
+    if len(whole) <= parts + 1:
+        return ", ".join(whole)
+    return f"{', '.join(whole[:parts])}, …, {whole[-1]} ({len(numbers):,} in all)"
+
+
 def number_list(numbers: Sequence[int]) -> str:
     """Ascending numbers, runs of three or more as ranges: ``1–40, 50, 60, 61``."""
     parts, start = [], 0

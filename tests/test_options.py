@@ -1,6 +1,12 @@
-import pytest
+import shlex
+import warnings
 
-from memsnap_magic.options import OPTIONS, OptionError, help_text, parse, parse_given
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memsnap_magic import session, wait_for_writes
+from memsnap_magic.options import OPTIONS, OptionError, help_text, parse, parse_given, split_line
 
 
 def test_defaults_and_values():
@@ -125,3 +131,71 @@ def test_usage_line_names_every_option():
     for key in OPTIONS:
         assert f"[{key}=" in text
     assert "device=auto|cpu|cuda|cuda:K" in text and "context=all|alloc|state|none" in text
+
+
+@given(st.text(alphabet=st.sampled_from(list(" \t\r\n\x0b\x0c\xa0\u2003ab=,1$#{}'\"\\")), max_size=30))
+@settings(max_examples=400, deadline=None)
+def test_lines_split_as_shlex_splits_them(line):
+    try:
+        expected = shlex.split(line, posix=True)
+    except ValueError:  # an unclosed quote: the same error either way
+        with pytest.raises(ValueError):
+            split_line(line)
+        return
+    assert split_line(line) == expected
+
+
+def test_a_long_steps_list_parses_whole():
+    steps = tuple(range(1, 100_001))
+    assert parse("steps=" + ",".join(map(str, reversed(steps))) + " device=cpu").steps == steps
+
+
+def test_a_plain_line_is_not_expanded_by_ipython(shell, monkeypatch):
+    shell.run_cell("import torch")
+    expanded = []
+    real = shell.var_expand
+    monkeypatch.setattr(shell, "var_expand", lambda *a, **k: expanded.append(a[0]) or real(*a, **k))
+    steps = ",".join(map(str, range(1, 10_001)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shell.run_cell(
+            f"%%memsnap steps={steps} device=cpu\nfor s in (1, 2):\n    mark(s)\n    x = torch.ones(10)"
+        )
+    assert res.success and expanded == []  # IPython's expansion costs ~1 s per 1,000 steps here
+    assert [iv.step for iv in session().intervals] == [1, 2]
+    (said,) = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert len(said) < 300, said  # 9,998 steps never began: named by their range, not one by one
+    assert "steps 3–10000 never began" in said
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "{line}",  # a cell of its own
+        "def f(folder='in-f', tag='t_f'):\n    return {line}\nf()",  # from a function: IPython reads its caller's names
+    ],
+)
+def test_names_in_a_line_expand_as_ipython_expands_them(shell, tmp_path, call):
+    shell.run_cell("import torch")
+    seen = {}
+
+    def probe(line, cell=None):  # IPython expands its line itself
+        seen["cell" if cell is not None else "line"] = line
+
+    shell.register_magic_function(probe, "line_cell", "probe")
+
+    shell.user_ns.update(folder=str(tmp_path / "out"), tag="t_ns")
+    for kind, line in [
+        ("line", "config tag=$tag out={folder}/x"),
+        ("cell", "step=1 device=cpu tag=$tag out={folder}/x"),
+    ]:
+        magic = "run_line_magic" if kind == "line" else "run_cell_magic"
+        body = ", 'y = torch.ones(3)'" if kind == "cell" else ""
+        for name in ("probe", "memsnap"):
+            assert shell.run_cell(call.format(line=f"get_ipython().{magic}({name!r}, {line!r}{body})")).success
+    wait_for_writes()
+    assert session().defaults["tag"] + " " + session().defaults["out"] == seen["line"].replace("config ", "").replace(
+        "tag=", ""
+    ).replace("out=", "")
+    (iv,) = session().intervals
+    assert f"tag={iv.tag} out={iv.path.parent.parent}" in seen["cell"]
