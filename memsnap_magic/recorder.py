@@ -659,7 +659,7 @@ class Recorder:
             allocator_peak_allocated=allocator_peak,
             context=o.context if backend.records_stacks else "none",
             max_entries=o.max_entries,
-            incomplete=backend.incomplete,
+            incomplete=backend.incomplete or (self._quietly(backend.incomplete_because, error) if error else None),
             freed_unseen=backend.freed_unseen or None,
             run=o.run,
             usage_start=self._usage,
@@ -688,6 +688,8 @@ class Recorder:
             self.intervals.append(iv)
             if self.report is not None:
                 self._quietly(self.report, iv, previous)
+            elif iv.incomplete:  # a block's figures, with no line printed to say it
+                warn(f"memsnap: step {step} on {backend.device} is incomplete: {iv.incomplete}", stacklevel=4)
         if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
             try:  # blocks while the write before waits: a Ctrl-C there means no file
                 WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path), self.where)

@@ -122,7 +122,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
             fmt_bytes(iv.peak_increase, signed=True),
             fmt_bytes(iv.kept, signed=True),
             fmt_bytes(iv.cumulative_peak_allocated),
-            f"{iv.trace_entries:,}" + (" ring full" if iv.overflowed else ""),
+            f"{iv.trace_entries:,}" + " ring full" * iv.overflowed + " incomplete" * bool(iv.incomplete),
             f"{iv.cumulative_trace_entries:,}",
             iv.error or "",
             shown_path(iv.path) if iv.path else "(not written)",

@@ -120,6 +120,11 @@ class Backend(ABC):
         allocator raises a ``RuntimeError`` and tells nobody. Accelerators record their own."""
         return None
 
+    def incomplete_because(self, error: BaseException) -> str | None:
+        """Why a block that raised ``error`` recorded less than it ran, where the recording itself
+        is the cause (the CPU route's profiler session keeps another profiler from starting)."""
+        return None
+
     def usage(self) -> dict[str, int] | None:
         """What the device (or process) holds now, beyond what the trace sees: ``free``, ``total``
         and ``reserved`` bytes on accelerators, ``rss`` on the CPU; None where it cannot tell."""

@@ -557,6 +557,13 @@ class CpuBackend(Backend):
         entry["frames"] = _traceback_frames(error)
         return entry
 
+    def incomplete_because(self, error: BaseException) -> str | None:
+        # PyTorch allows one profiler session a thread: torch.autograd.profiler_legacy (and any
+        # profiler started while ours runs that does not take it over) raises this
+        if isinstance(error, RuntimeError) and "Profiler is already enabled" in str(error):
+            return PROFILER_REFUSED
+        return None
+
     def usage(self) -> dict[str, int] | None:
         rss = _resident_bytes()
         return {"rss": rss} if rss is not None else None
@@ -642,7 +649,14 @@ def _warn_if_huge(events: int, stacks: bool) -> None:
         )
 
 
-TAKEN_OVER = "a torch.profiler started inside took over the CPU route's profiler session"
+TAKEN_OVER = (
+    "a torch.profiler started inside took over the CPU route's profiler session, so its allocations "
+    "are not in this step (profile outside %%memsnap, or record on an accelerator)"
+)
+PROFILER_REFUSED = (
+    "a profiler started inside could not start: the CPU route's profiler session runs through the "
+    "cell and PyTorch allows one a thread (profile outside %%memsnap, or record on an accelerator)"
+)
 
 
 # What the CPU allocator raises when malloc fails (c10/core/impl/alloc_cpu.cpp): a RuntimeError
