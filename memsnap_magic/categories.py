@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .compact import adds_segments
 from .readable import clean
 from .roles import Roles, Storages
 
@@ -30,7 +29,8 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
     wanted = set(roles.start) | set(roles.end) | {a for _, seen in roles.timed for a in seen}
     allocs = _seen_allocations(trace, wanted, roles)
     live: dict[int, str] = {}  # address -> category of the block the trace allocated there
-    unknown = adds_segments(trace)  # a compact trace's segment events, written in later
+    unknown = False
+    last = len(trace) - 1
     for i, e in enumerate(trace):
         action, addr = e.get("action"), e.get("addr")
         if action == "alloc":
@@ -42,6 +42,10 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
             e["category"] = category
             if action != "free_requested":
                 live.pop(addr, None)
+        elif action == "segment_alloc" and i < last and _same_block(e, trace[i + 1], "alloc"):
+            e["category"] = allocs.get(i + 1, ACTIVATION)  # a segment of that one block (the CPU route's)
+        elif action == "segment_free" and i > 0 and _same_block(e, trace[i - 1], "free_completed"):
+            e["category"] = trace[i - 1]["category"]
         else:
             e["category"] = UNKNOWN
             unknown = True
@@ -50,6 +54,16 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
         block["category"] = _role(roles.end, addr, size) or live.get(addr) or _role(roles.start, addr, size) or OTHER
     if not unknown:  # a marker for the moment of the snapshot: not a block, so of no category
         trace.append({"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": end_us, "category": UNKNOWN})
+
+
+def _same_block(segment: dict[str, Any], block: dict[str, Any], action: str) -> bool:
+    """Whether a segment event is exactly the one block of its neighbour ``block`` (the CPU
+    route's segments always are): then it is drawn in that block's category."""
+    return (
+        block.get("action") == action
+        and block.get("addr") == segment.get("addr")
+        and block.get("size") == segment.get("size")
+    )
 
 
 def label_snapshot(snap: dict[str, Any], index: int, roles: Roles, end_us: int) -> None:

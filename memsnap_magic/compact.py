@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-_UNKNOWN = "unknown"  # categories' name for what is not a block (kept here: no import of categories)
-
 
 class Compact(list):  # type: ignore[type-arg]
     """The block entries of a trace in order (and any other entry: an ``oom``, the snapshot marker),
@@ -40,14 +38,9 @@ def entries(trace: list[dict[str, Any]]) -> int:
     return len(trace) + trace.companions if type(trace) is Compact else len(trace)
 
 
-def adds_segments(trace: list[dict[str, Any]]) -> bool:
-    """Whether completing ``trace`` adds segment events (entries of no block: no category)."""
-    return type(trace) is Compact and trace.segments and trace.companions > 0
-
-
 def expand(trace: Compact) -> list[dict[str, Any]]:
     """The completed trace: each block entry with its companions, copies of it (same fields and
-    frames list, mark and category; a segment event's category ``unknown`` where it has one)."""
+    frames list, mark and category)."""
     out: list[dict[str, Any]] = []
     add, segments = out.append, trace.segments
     for n, e in enumerate(trace):
@@ -55,14 +48,14 @@ def expand(trace: Compact) -> list[dict[str, Any]]:
         whole = n > 0 or not trace.cut_first
         if action == "alloc":
             if segments and whole:
-                add(_companion(e, "segment_alloc", _UNKNOWN))
+                add(_companion(e, "segment_alloc"))
             add(e)
         elif action == "free_completed":
             if whole:
                 add(_companion(e, "free_requested"))
             add(e)
             if segments:
-                add(_companion(e, "segment_free", _UNKNOWN))
+                add(_companion(e, "segment_free"))
         else:
             add(e)
     return out
@@ -77,9 +70,9 @@ def complete(snap: dict[str, Any]) -> None:
                 traces[i] = expand(trace)
 
 
-def _companion(entry: dict[str, Any], action: str, category: str | None = None) -> dict[str, Any]:
+def _companion(entry: dict[str, Any], action: str) -> dict[str, Any]:
+    """A copy of a block entry as another action: a CPU segment is its one block, so a segment
+    event is that block's (its category too: the viewer's segment timeline is coloured by it)."""
     made = dict(entry)
     made["action"] = action
-    if category is not None and "category" in made:
-        made["category"] = category
     return made

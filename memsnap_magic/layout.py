@@ -214,7 +214,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
 _META_FIELDS = tuple(f.name for f in fields(Meta))
 
 
-MARK_KEY = "user_metadata"  # the per-entry string PyTorch's memory_viz shows beside each event
+MARK_KEY = "user_metadata"  # PyTorch's per-entry string (its viewer does not show it); our readers do
 
 
 def step_mark(step: int, run: str | None = None) -> str:

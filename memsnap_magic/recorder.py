@@ -559,13 +559,16 @@ class Recorder:
         modules, optimizers = self._quietly(training_objects, self._names()) or ([], [])
         return found.get("model", modules), found.get("optimizer", optimizers)
 
-    def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch:
-        """A watch over the models and optimizers ``training`` (found again when not given)."""
+    def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch | None:
+        """A watch over the models and optimizers ``training`` (found again when not given); none
+        for a block given an empty namespace and no model= or optimizer=: it asked to label nothing."""
         from .roles import Watch, training_objects
 
+        named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
+        if not named and self._caller_code is None and not self.namespace:
+            return None
         if training is None:
             training = self._training_objects()
-        named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
         return Watch(
             backend.device,
             *training,

@@ -165,3 +165,34 @@ def colours(snap: dict[str, Any], device: int) -> dict[str, int]:
         elif e["action"] in ("free", "free_completed"):
             allocated.discard(e["addr"])
     return out
+
+
+def restored_stacks(snap: dict[str, Any], device: int) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """The stack the Allocator State History shows for each block it restores, newest first.
+
+    Replaying backwards, undoing a free puts its block back with the free entry's ``frames``: that
+    is all the viewer has of a block freed inside the trace. An empty stack it shows as "block
+    was allocated before _record_history was enabled"."""
+    return [
+        (e["addr"], e.get("frames") or [])
+        for e in reversed(_annotated(snap["device_traces"][device]))
+        if e["action"] in ("free", "free_completed")
+    ]
+
+
+def segment_colours(snap: dict[str, Any], device: int) -> dict[str, int]:
+    """Bytes the Active Cached Segment Timeline draws in each category's colour: its elements are
+    the segment events (``segment_alloc``, and ``segment_free`` of segments live before), coloured
+    by ``element.category || 'unknown'`` as the memory timeline's are."""
+    out: dict[str, int] = {}
+    made: set[Any] = set()
+    for e in snap["device_traces"][device]:
+        category = e.get("category", "unknown")
+        if e["action"] in ("segment_alloc", "segment_map"):
+            made.add(e["addr"])
+            out[category] = out.get(category, 0) + e["size"]
+        elif e["action"] in ("segment_free", "segment_unmap") and e["addr"] not in made:
+            out[category] = out.get(category, 0) + e["size"]
+        elif e["action"] in ("segment_free", "segment_unmap"):
+            made.discard(e["addr"])
+    return out

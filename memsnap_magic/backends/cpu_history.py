@@ -134,6 +134,10 @@ class History:
         self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
 
     @no_gc()
+    def _start_frames(self, ptr: int) -> list[dict[str, Any]] | None:
+        """The stack a block carried in from the last interval was allocated with."""
+        return self.stacks.start_frames.get(ptr) if self.stacks is not None else None
+
     def snapshot(
         self,
         live_end: dict[int, int],
@@ -206,19 +210,30 @@ class History:
                     }
                     for t_ns, p, s in window
                 ]
+            if self.stacks is not None:  # a start block's free carries the stack it was carried in with
+                for ptr, frames in self.stacks.start_frames.items():
+                    index = t.first_index.get(ptr, -1)
+                    if frames and index >= window_start and t.first.get(ptr, 0) < 0:
+                        trace[index - window_start]["frames"] = frames
         else:
             trace = []
             add = trace.append
+            # PyTorch's viewer shows a block freed in the trace with its free's stack: each free
+            # carries its allocation's frames (the same list: the file does not grow), a start
+            # block's those it was carried in with
+            start_frames = self.stacks.start_frames if self.stacks is not None else {}
+            opened: dict[int, list[dict[str, Any]]] = {}
             for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
                 t_us = t_ns // 1000
                 if before and index in before:
                     for gone, gone_size, gone_us in before.pop(index):
                         del pending[gone]
-                        add(_freed(gone, gone_size, gone_us, mark))
+                        add(_freed(gone, gone_size, gone_us, mark, start_frames.get(gone)))
                 if size > 0:
                     frames = stacks.get(index) if stacks else None
                     if frames is None:
                         alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+                        opened.pop(ptr, None)
                     else:
                         alloc = {
                             "action": "alloc",
@@ -228,21 +243,24 @@ class History:
                             "time_us": t_us,
                             "frames": frames,
                         }
+                        opened[ptr] = frames
                     if mark is not None:  # after the frames, as stamping put it
                         alloc[m] = mark
                     add(alloc)
                 else:
                     size = -size
-                    if known and index == t.first_index.get(ptr):
+                    first = index == t.first_index.get(ptr)
+                    if known and first:
                         size = known.pop(ptr, size)
-                    add(_freed(ptr, size, t_us, mark))
+                    frames = opened.pop(ptr, None) or (start_frames.get(ptr) if first else None)
+                    add(_freed(ptr, size, t_us, mark, frames))
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
-            trace.append(_freed(gone, gone_size, gone_us, mark))
+            trace.append(_freed(gone, gone_size, gone_us, mark, self._start_frames(gone)))
         # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
         self.freed_unseen = sum(pending.values())
         for ptr, size in pending.items():
-            trace.append(_freed(ptr, size, end_us, mark))
+            trace.append(_freed(ptr, size, end_us, mark, self._start_frames(ptr)))
         kept = _newest(trace, max_entries, segment_events)
         kept.marked = len(kept) if mark is not None else 0
         blocks = {p: s for p, s in t.last.items() if s > 0}
@@ -526,10 +544,15 @@ def _frame(state: Any) -> dict[str, Any]:
     return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
 
 
-def _freed(ptr: int, size: int, t_us: int, mark: str | None = None) -> dict[str, Any]:
-    if mark is None:
-        return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-    return {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us, MARK_KEY: mark}
+def _freed(
+    ptr: int, size: int, t_us: int, mark: str | None = None, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+    if frames:
+        entry["frames"] = frames
+    if mark is not None:
+        entry[MARK_KEY] = mark
+    return entry
 
 
 def _newest(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
