@@ -8,7 +8,10 @@ reaching up to ``text`` (which re-exports these).
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sysconfig
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -40,6 +43,73 @@ def one_line(text: str, limit: int = 300) -> str:
 _INPUT = re.compile(r"^<ipython-input-(\d+)-")
 _RUNNER = ("memsnap_magic/execute.py", "memsnap_magic\\execute.py")  # where the magic runs a body
 _SITE = re.compile(r"^.*[/\\](?:site|dist)-packages[/\\]")
+
+
+# What runs a user's code rather than being it: Python's own library, the shells and kernels
+# around a notebook cell, test runners, and this package. Only trailing (outermost) frames of
+# these are cut from a stack: the user's frames and any library code they called stay.
+_SHELLS = frozenset(("IPython", "ipykernel", "tornado", "zmq", "traitlets", "jupyter_client", "ipyparallel"))
+_SHELLS |= {"_pytest", "pluggy", "debugpy"}
+_OUR_ROOT = os.path.dirname(os.path.abspath(__file__))
+_STDLIB = tuple(
+    {os.path.normpath(p) + os.sep for key in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(key))}
+)
+
+
+@functools.lru_cache(maxsize=8192)
+def _runs_users_code(filename: str) -> bool:
+    """Whether a frame in ``filename`` runs the user's code (a shell, a kernel, the stdlib, us)."""
+    if filename.startswith(("<frozen ", _OUR_ROOT)):
+        return True
+    parts = re.split(r"[/\\]", filename)
+    if not _SHELLS.isdisjoint(parts):  # installed anywhere (pip --target, a checkout)
+        return True
+    # the standard library, not what is installed below it (a venv's site-packages)
+    return (
+        bool(_STDLIB) and filename.startswith(_STDLIB) and "site-packages" not in parts and "dist-packages" not in parts
+    )
+
+
+def user_frames(frames: list[Any], whole_if_none: bool = True, memo: Kinds | None = None) -> list[Any]:
+    """A stack (innermost first) up to the user's outermost frame: a ``%%memsnap`` body's own
+    frames (the magic runs it: all beneath is the magic, IPython and what drives it), else up to
+    the cell, the script's module, a thread's target, the shells, kernels, event loops and runners
+    beneath cut. A stack with no frame of the user's is kept whole (``whole_if_none``; else nothing
+    is left of it). Idempotent; the list itself when nothing is cut. ``memo``: see ``_kinds``."""
+    end = next((i for i, f in enumerate(frames) if type(f) is dict and _kind(f, memo)[0]), len(frames))
+    while end > 0:
+        f = frames[end - 1]
+        name = f.get("filename") if type(f) is dict else None
+        if type(name) is not str or not _runs_users_code(name):
+            break
+        end -= 1
+    if end == len(frames) or (end == 0 and whole_if_none):
+        return frames
+    return frames[:end]
+
+
+def keep_user_frames(snap: dict[str, Any]) -> None:
+    """``user_frames`` for every stack of a snapshot, in place: its trace entries' and its end
+    state's blocks'. Stacks shared between entries (as PyTorch shares them) are cut once and
+    stay shared."""
+    cut: dict[int, list[Any]] = {}
+
+    def trimmed(frames: Any) -> Any:
+        if type(frames) is not list or not frames:
+            return frames
+        done = cut.get(id(frames))
+        if done is None:
+            done = cut[id(frames)] = user_frames(frames)
+        return done
+
+    holders: list[Any] = [e for t in snap.get("device_traces") or () for e in t]
+    holders += [b for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
+    holders += list(snap.get("segments") or ())
+    keep = [frames for frames in (h.get("frames") for h in holders if type(h) is dict) if type(frames) is list]
+    for h in holders:
+        if type(h) is dict and "frames" in h:
+            h["frames"] = trimmed(h["frames"])
+    del keep  # held while cutting: an id in ``cut`` is never a list freed meanwhile
 
 
 def _field(frame: dict[str, Any], key: str) -> str:
@@ -89,13 +159,16 @@ def _kinds(frames: list[dict[str, Any]], memo: Kinds | None) -> list[tuple[bool,
     share frame dicts (a file's long filenames are then read once, not once per block)."""
     if memo is None:
         return [(_runs_cells(f), _is_cell_frame(f)) for f in frames]
-    kinds = []
-    for f in frames:
-        kind = memo.get(id(f))
-        if kind is None:
-            kind = memo[id(f)] = (_runs_cells(f), _is_cell_frame(f))
-        kinds.append(kind)
-    return kinds
+    return [_kind(f, memo) for f in frames]
+
+
+def _kind(frame: dict[str, Any], memo: Kinds | None) -> tuple[bool, bool]:
+    if memo is None:
+        return _runs_cells(frame), _is_cell_frame(frame)
+    kind = memo.get(id(frame))
+    if kind is None:
+        kind = memo[id(frame)] = (_runs_cells(frame), _is_cell_frame(frame))
+    return kind
 
 
 def _where(frame: dict[str, Any]) -> str:
@@ -130,7 +203,7 @@ def frame_lines(frames: list[Any], limit: int = 4, memo: Kinds | None = None) ->
     code, so it is dropped (the ``%%memsnap`` line's own cell with it). A file's stack may hold
     anything: what is not a frame is left out, what is not a name reads "?". ``memo``: see ``_kinds``.
     """
-    frames = _frames(frames)
+    frames = user_frames(_frames(frames), memo=memo)
     kinds = _kinds(frames, memo)
     outer = next((i for i, (runner, _) in enumerate(kinds) if runner), len(frames))
     cells = [f for f, (_, cell) in zip(frames[:outer], kinds) if cell]
@@ -144,7 +217,7 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     summary read back shows exactly the lines its snapshot did."""
     if not frames:  # most blocks of a CPU step: those live before it
         return []
-    frames = _frames(frames)
+    frames = user_frames(_frames(frames))
     outer = next((i for i, f in enumerate(frames) if _runs_cells(f)), len(frames))
     plain = []
     for f in frames[:outer]:

@@ -675,8 +675,9 @@ class Recorder:
         finally:
             self._quietly(backend.end, keep=keep)
         iv = self._quietly(interval_from_digest, d, path, run=o.run or "") if d is not None else None
+        write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
         if o.wait or iv is None:
-            self._write_now(snap, path, d, iv)
+            self._write_now(write)
         if iv is not None:
             before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
             # a full ring dropped the oldest entries: its baseline is the window's start, not the
@@ -695,26 +696,33 @@ class Recorder:
                 warn(f"memsnap: step {step} on {backend.device} is incomplete: {iv.incomplete}", stacklevel=4)
         if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
             try:  # blocks while the write before waits: a Ctrl-C there means no file
-                WRITER.submit(functools.partial(write_files, snap, path, d, iv), str(path), self.where)
+                WRITER.submit(write, str(path), self.where)
             except BaseException:
                 iv.path = None
                 raise
 
     @staticmethod
-    def _write_now(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, iv: Interval | None) -> None:
-        message = write_files(snap, path, d, iv)
+    def _write_now(write: Callable[[], str | None]) -> None:
+        message = write()
         if message is not None:
             warn(message, stacklevel=5)
 
 
-def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> str | None:
+def write_files(
+    snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None, trim: bool = False
+) -> str | None:
     """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
-    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written."""
+    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written.
+    ``trim``: cut its stacks at the user's outermost frame first (PyTorch's run down through the
+    shell and kernel: ~20 frames of IPython, ipykernel and asyncio under every cell)."""
+    from .readable import keep_user_frames
     from .snapshot import dump_snapshot
     from .summaries import write_beside
     from .text import shown_path
 
     try:
+        if trim:
+            keep_user_frames(snap)
         dump_snapshot(snap, path)
         size = path.stat().st_size
     except Exception as e:

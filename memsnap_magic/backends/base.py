@@ -31,6 +31,7 @@ class Backend(ABC):
     clears_in_place: ClassVar[bool] = True  # begin(fresh=True) while recording starts a new history
     host: ClassVar[bool] = False  # records host (CPU) memory
     thread_bound: ClassVar[bool] = False  # recording stops (and steps change) only in the thread that started it
+    users_frames_only: ClassVar[bool] = False  # its stacks stop at the user's outermost frame as built
     label: ClassVar[str] = "the allocator"  # how messages name this route
 
     device: str  # "cpu", "cuda:0", ...

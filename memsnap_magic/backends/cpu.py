@@ -363,6 +363,7 @@ class CpuBackend(Backend):
     stack_bytes = STACK_BYTES
     clears_in_place = False  # reading the events ends the profiler session: a new step starts a new one
     thread_bound = True  # a profiler session lives in its thread's state: another thread finds none to stop
+    users_frames_only = True  # its stacks are built from the tracer up to the user's outermost frame
     host = True
     label = "the CPU route"
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..compact import Compact, expand
 from ..layout import MARK_KEY
 from ..nogc import no_gc
+from ..readable import user_frames
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
     Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
@@ -473,6 +474,7 @@ class _Stacks:
         # id(node) -> (node, stack): the node is held so that its id is not reused while known
         self._memo: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # of an allocation in it
         self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
+        self._user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the same, up to the user's outermost
 
     def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
         """Each allocation's stack, by address: what the blocks live at the end are given."""
@@ -489,7 +491,7 @@ class _Stacks:
         )
         while self.window and self.window[0][0] < window_start:
             self.window.popleft()
-        self._memo, self._outer = {}, {}  # node ids are only good while this session's tree lives
+        self._memo, self._outer, self._user = {}, {}, {}  # node ids are only good while this session's tree lives
 
     def window_frames(self, window_start: int) -> dict[int, list[dict[str, Any]]]:
         return {i: f for i, f in self.window if i >= window_start}
@@ -511,12 +513,20 @@ class _Stacks:
             fields = node.extra_fields
             kind = type(fields)
             if kind is _ExtraFields_PyCCall:
-                frames = [_frame(fields.caller), *self._enclosing(node.parent)]
+                frames = [_frame(fields.caller), *self._users(node.parent)]
             elif kind is _ExtraFields_PyCall:
-                frames = [_frame(fields.callsite), *self._enclosing(node)]
+                frames = [_frame(fields.callsite), *self._users(node)]
             else:
-                frames = self._enclosing(node)
+                frames = self._users(node)
             hit = self._memo[id(node)] = (node, frames)
+        return hit[1]
+
+    def _users(self, node: Any) -> list[dict[str, Any]]:
+        """``_enclosing`` up to the user's outermost frame: a file holds none of the frames of the
+        shell, kernel or runner beneath it (once per node: its calls share it)."""
+        hit = self._user.get(id(node))
+        if hit is None:
+            hit = self._user[id(node)] = (node, user_frames(self._enclosing(node), whole_if_none=False))
         return hit[1]
 
     def _enclosing(self, node: Any) -> list[dict[str, Any]]:
