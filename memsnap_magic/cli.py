@@ -142,7 +142,19 @@ def cmd_summarize(args: argparse.Namespace) -> None:
         for iv, rec in zip(s.intervals, s.to_records()):
             row = {k: _unicode(rec[k]) for k in _RECORD_KEYS}
             key = (iv.run, iv.rank, iv.device)
-            row["leak_sites"] = [leak.site for g, leak in found if g == key and iv.step in leak.steps]
+            # as the text says them: each site with what it kept in this step, over its steps, and in all
+            row["leak_sites"] = [
+                {
+                    "site": _unicode(leak.site),
+                    "kept": leak.kept[leak.steps.index(iv.step)],
+                    "steps": list(leak.steps),
+                    "kept_per_step": list(leak.kept),
+                    "kept_in_all": leak.total,
+                    "since_step": leak.since,
+                }
+                for g, leak in found
+                if g == key and iv.step in leak.steps
+            ]
             records.append(row)
         json.dump(records, sys.stdout, indent=1, allow_nan=False)  # strict JSON: every figure is an int
         print()
@@ -205,7 +217,8 @@ def cmd_diff(args: argparse.Namespace) -> None:
     from .alive import alive_at
     from .analysis import summarize
     from .intervals import UNREADABLE, unreadable
-    from .readable import site_bytes
+    from .layout import Meta
+    from .readable import learn_cells, site_bytes
     from .snapshot import load_snapshot
 
     for path in (args.a, args.b):
@@ -217,6 +230,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
     for path in (args.a, args.b):
         snap = load_snapshot(path)
         try:
+            learn_cells(Meta.from_snapshot(snap).cells)  # cells named as the recording kernel named them
             summary = summarize(snap)
             sites.append(site_bytes(alive_at(summary, top=0)))
             last = len(summary.events[1]) - 1
@@ -236,7 +250,7 @@ def cmd_diff(args: argparse.Namespace) -> None:
         ("bytes kept (allocated in the snapshot's window, alive at its end)", kept),
     ):
         growth = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
-        ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -kv[1])[: args.top]
+        ranked = sorted((kv for kv in growth.items() if kv[1]), key=lambda kv: -abs(kv[1]))[: args.top]
         print(f"\nallocation sites whose {title} changed most (B - A):")
         if not ranked:
             print("  (none)")

@@ -20,7 +20,7 @@ from .categories import MODEL_STATE, category_name, totals
 from .figures import Figures
 from .layout import Meta, PathInfo, folder_run, parse_path
 from .options import DEFAULTS
-from .readable import Kinds, plain_frames, site
+from .readable import Kinds, learn_cells, plain_frames, site
 from .schema import excerpt
 from .snapshot import SnapshotError, load_snapshot
 
@@ -119,6 +119,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
     from .analysis import decimate_index, pick_device, summarize
 
     meta = Meta.from_snapshot(snap)
+    learn_cells(meta.cells)  # its cells named as the kernel that recorded it named them
     index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
     summary = summarize(snap, index)
     keep = decimate_index(summary.allocated)
@@ -185,6 +186,7 @@ def interval_from_digest(
     step folder: a file read back never joins the session's own run (which holds what this
     kernel recorded)."""
     meta: Meta = d["meta"]
+    learn_cells(meta.cells)  # a summary's, or a worker's reading: its blocks' cells read as In[N] here
     named = parse_path(path) if path is not None else PathInfo()
     return Interval(
         step=_first(meta.step, named.step, position),

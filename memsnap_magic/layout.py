@@ -121,12 +121,13 @@ class Meta:
     usage_end: dict[str, int] | None = None
     # bytes of blocks from before recording began whose free no event dates: counted to the end
     freed_unseen: int | None = None
+    cells: dict[str, int] | None = None  # the In[N] the kernel gave the cell files its stacks pass through
 
     def to_dict(self) -> dict[str, Any]:
         # not dataclasses.asdict, which deep-copies every field (~20 µs a cell); the two usage
         # dicts are the only mutable ones
         d = {name: getattr(self, name) for name in _META_FIELDS}
-        for key in ("usage_start", "usage_end"):
+        for key in ("usage_start", "usage_end", "cells"):
             if d[key] is not None:
                 d[key] = dict(d[key])
         return d
@@ -188,6 +189,15 @@ def _usage(value: Any) -> bool:
     )
 
 
+def _cells(value: Any) -> bool:
+    """a dict of at most 10,000 cell file names and their In[N]"""
+    return (
+        type(value) is dict
+        and len(value) <= 10_000
+        and all(type(k) is str and 0 < len(k) <= 1024 and type(v) is int and 0 < v < 1 << 31 for k, v in value.items())
+    )
+
+
 def _boolean(value: Any) -> bool:
     """true or false"""
     return type(value) is bool
@@ -210,6 +220,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "usage_start": _usage,
     "usage_end": _usage,
     "freed_unseen": _count(1 << 62),
+    "cells": _cells,
 }
 _META_FIELDS = tuple(f.name for f in fields(Meta))
 

@@ -130,9 +130,37 @@ def _line(frame: dict[str, Any]) -> int | str:
 _cell_numbers: dict[str, int] = {}
 
 
+# the same, as files recorded elsewhere give them (their ``memsnap`` block's ``cells``)
+_file_cells: dict[str, int] = {}
+
+
 def cell_numbers() -> dict[str, int]:
     """The cells' numbers read from now on (a copy: what a worker process is given)."""
-    return dict(_cell_numbers)
+    return {**_file_cells, **_cell_numbers}
+
+
+def learn_cells(cells: dict[str, int] | None) -> None:
+    """Name the cells of a file recorded in another kernel as that kernel numbered them: a file
+    read anywhere (``memsnap diff``, a worker) then says ``cell In[2]``, not its hash."""
+    if cells:
+        _file_cells.update(cells)
+
+
+def cells_in(stacks: Iterable[Any]) -> dict[str, int]:
+    """The numbers this kernel gave the cells these stacks pass through (each list read once)."""
+    seen: set[int] = set()
+    found: dict[str, int] = {}
+    for frames in stacks:
+        if type(frames) is not list or id(frames) in seen:
+            continue
+        seen.add(id(frames))
+        for f in frames:
+            name = f.get("filename") if type(f) is dict else None
+            if type(name) is str:
+                number = _cell_numbers.get(name)
+                if type(number) is int:
+                    found[name] = number
+    return found
 
 
 def know_cells(numbers: dict[str, int] | None) -> None:
@@ -178,6 +206,8 @@ def _where(frame: dict[str, Any]) -> str:
         return f"cell In[{cell.group(1)}]"
     if _is_cell_frame(frame):
         number = _cell_numbers.get(name)
+        if number is None:
+            number = _file_cells.get(name)
         if type(number) is int:
             return f"cell In[{number}]"
         # another process's cell: its file's name (a hash of its code) keeps cells apart

@@ -674,6 +674,8 @@ class Recorder:
             d = self._quietly(digest, snap)
         finally:
             self._quietly(backend.end, keep=keep)
+        if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
+            self._quietly(_name_cells, snap, d)
         iv = self._quietly(interval_from_digest, d, path, run=o.run or "") if d is not None else None
         write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
         if o.wait or iv is None:
@@ -708,6 +710,34 @@ class Recorder:
             warn(message, stacklevel=5)
 
 
+def _name_cells(snap: dict[str, Any], d: dict[str, Any]) -> None:
+    """The In[N] of the cells the digest's blocks were made in, into its meta and the file's."""
+    import dataclasses
+
+    from .layout import META_KEY
+    from .readable import cells_in
+
+    cells = cells_in(b["frames"] for b in d["top_blocks"])
+    if cells:
+        d["meta"] = dataclasses.replace(d["meta"], cells=cells)
+        snap[META_KEY]["cells"] = cells
+
+
+def _all_cells(snap: dict[str, Any]) -> None:
+    """Every cell the file's stacks pass through, into its meta (``memsnap diff`` names them all)."""
+    from .layout import META_KEY
+    from .readable import cells_in
+
+    meta = snap.get(META_KEY)
+    if type(meta) is not dict:
+        return
+    stacks = [e.get("frames") for t in snap.get("device_traces") or () for e in t]
+    stacks += [b.get("frames") for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
+    found = cells_in(stacks)
+    if found:
+        meta["cells"] = {**(meta.get("cells") or {}), **found}
+
+
 def write_files(
     snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None, trim: bool = False
 ) -> str | None:
@@ -723,6 +753,7 @@ def write_files(
     try:
         if trim:
             keep_user_frames(snap)
+        _all_cells(snap)
         dump_snapshot(snap, path)
         size = path.stat().st_size
     except Exception as e:

@@ -47,7 +47,9 @@ def test_a_site_that_keeps_memory_step_after_step_is_named_with_its_rate(tmp_pat
     assert "+4.0 MiB per step  steps 3–5" in out and leak.site in out
     assert main(["summarize", "--json", str(tmp_path)]) == 0
     records = json.loads(capsys.readouterr().out)
-    assert [r["leak_sites"] for r in records] == [[], []] + [[leak.site]] * 3 + [[], []]
+    said = {"site": leak.site, "steps": [3, 4, 5], "kept_per_step": [4 * MiB] * 3, "kept_in_all": 12 * MiB}
+    said |= {"kept": 4 * MiB, "since_step": None}  # what it kept in the record's own step
+    assert [r["leak_sites"] for r in records] == [[], []] + [[said]] * 3 + [[], []]
     assert records[3]["kept_by_site"][0][:2] == [leak.site, 4 * MiB]
 
     step3, step4 = (sorted((tmp_path / f"step{n}").glob("*.pickle"))[0] for n in (3, 4))

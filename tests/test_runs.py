@@ -412,8 +412,9 @@ def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
     capsys.readouterr()
     assert main(["summarize", "--json", str(tmp_path / "memsnap")]) == 0
     records = json.loads(capsys.readouterr().out)
-    line = next(site for site in records[2]["leak_sites"])
-    assert all(line in r["leak_sites"] for r in records)
+    line = records[2]["leak_sites"][0]["site"]
+    assert all(line in [leak["site"] for leak in r["leak_sites"]] for r in records)
+    assert [r["leak_sites"][0]["kept"] for r in records] == [2 * MiB] * 3  # each step's own, as the text says
     assert f"leak site: {line} kept +2.0 MiB per step over steps 1–3" in headline(ivs)  # not the chain's sums
 
 
