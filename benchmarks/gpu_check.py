@@ -980,11 +980,17 @@ def section_files(state: State) -> None:
                 "marked": bool(trace)
                 and all(str(e.get("user_metadata", "")).startswith(f"memsnap step {iv.step}") for e in trace),
                 "frames_on_allocs": bool(allocs) and all(e.get("frames") for e in allocs),
+                # stacks stop at the user's outermost frame: none of the magic's or IPython's beneath
+                "users_frames_only": not any(
+                    "/IPython/" in f.get("filename", "") or "memsnap_magic" in f.get("filename", "")
+                    for e in trace
+                    for f in e.get("frames") or ()
+                ),
                 "summary_beside": summaries.beside(path).is_file(),
                 "summary_equals_file": same,
             }
         )
-    flags = ("protocol_4", "marked", "frames_on_allocs", "summary_beside", "summary_equals_file")
+    flags = ("protocol_4", "marked", "frames_on_allocs", "users_frames_only", "summary_beside", "summary_equals_file")
     ok = all(c["ok"] for c in continuity) and all(f[k] for f in files for k in flags)
     state.results["files"] = {"continuity": continuity, "files": files, "ok": ok}
 
@@ -1230,7 +1236,7 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
     """What the magic does after a recorded body, as the functions it calls: the foreground (the
     snapshot, the categories' labels, the step marks, the summary, ending the recording, handing
     the file over) and the background writer's (the dump, the summary beside it)."""
-    from memsnap_magic import categories, intervals, layout, snapshot, summaries
+    from memsnap_magic import categories, intervals, layout, readable, recorder, snapshot, summaries
     from memsnap_magic.backends.accelerator import AcceleratorBackend
     from memsnap_magic.backends.cpu import CpuBackend
     from memsnap_magic.writer import Writer
@@ -1246,6 +1252,8 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
         (backend, "end"),
         (intervals, "interval_from_digest"),
         (Writer, "submit"),
+        (readable, "keep_user_frames"),
+        (recorder, "_all_cells"),
         (snapshot, "dump_snapshot"),
         (summaries, "write_beside"),
     ]
@@ -1323,11 +1331,12 @@ def section_overhead(state: State) -> None:
     totals: dict[str, list[float]] = {k: [] for k in cells}
     after: dict[str, list[float]] = {k: [] for k in cells}
     names = list(cells)
-    for r in range(plan.repeats):
-        for name in names[r % 3 :] + names[: r % 3]:  # rotate the order: no kind always runs first
-            total, tail = timed_cell(state, cells[name]())
-            totals[name].append(total)
-            after[name].append(tail)
+    with timed_calls(phase_targets(plan)) as magic_phases:
+        for r in range(plan.repeats):
+            for name in names[r % 3 :] + names[: r % 3]:  # rotate the order: no kind always runs first
+                total, tail = timed_cell(state, cells[name]())
+                totals[name].append(total)
+                after[name].append(tail)
     med = {k: statistics.median(v) for k, v in totals.items()}
     med_after = {k: statistics.median(v) for k, v in after.items()}
     state.results["overhead_ratio"] = med["recorded"] / med["plain"]
@@ -1343,6 +1352,10 @@ def section_overhead(state: State) -> None:
         "median_body_s": body,
         "total_s": totals,
         "after_body_s": after,
+        "split_s": {  # median seconds a cell, as for the large cell
+            "magic": {k: statistics.median(v) if v else None for k, v in magic_phases.items()},
+            "bare": {k: statistics.median(v) for k, v in state.bare_phases.items()},
+        },
         "bare_route": "torch.cuda.memory._snapshot + pickle.dump(protocol=4)"
         if plan.device == "cuda"
         else "CpuBackend.snapshot + pickle.dump(protocol=4)",

@@ -79,6 +79,8 @@ def load_ipython_extension(ipython: Any) -> None:
     know_cells(getattr(getattr(ipython, "compile", None), "_filename_map", None))
     if _before_cell not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", _before_cell)
+    if _after_cell not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("post_run_cell", _after_cell)
     if _count_cell not in ipython.events.callbacks["pre_execute"]:
         ipython.events.register("pre_execute", _count_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", None)
@@ -94,6 +96,13 @@ def _before_cell(info: Any = None) -> None:
 
     with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
         wait_for_writes()
+
+
+def _after_cell(result: Any = None) -> None:
+    """A recorded cell's file starts being written once the cell is done (``Writer.hold``)."""
+    from .writer import WRITER
+
+    WRITER.release()
 
 
 def _count_cell() -> None:
@@ -114,6 +123,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     _before_cell()
     if _before_cell in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", _before_cell)
+    if _after_cell in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.unregister("post_run_cell", _after_cell)
     if _count_cell in ipython.events.callbacks["pre_execute"]:
         ipython.events.unregister("pre_execute", _count_cell)
     cleanup = getattr(ipython, "input_transformers_cleanup", [])

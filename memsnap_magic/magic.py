@@ -104,6 +104,9 @@ class MemsnapMagics(Magics):
             self.shell.user_ns.setdefault("mark", mark)
         recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
         recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
+        from .writer import WRITER
+
+        WRITER.hold()  # its file is written once the cell is done (released after it, or by a wait)
         try:
             started = self._start(recorder)
         except KeyboardInterrupt as e:  # pressed while we started (importing torch): the cell never ran

@@ -25,6 +25,7 @@ from typing import Callable
 from .notice import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
+HOLD_S = 1.0  # the longest a hold keeps a job from starting (a cell whose end no event tells)
 Job = Callable[[], "str | None"]  # writes something; returns what went wrong, in one line, or None
 Where = "tuple[str, int] | None"  # the line a failure is said at: the block's that recorded it
 
@@ -38,6 +39,16 @@ class Writer:
         self._pid = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, Where]] = []
+        self._go = threading.Event()  # cleared by hold(): jobs wait for the cell to end
+        self._go.set()
+
+    def hold(self) -> None:
+        """Start no job until ``release()`` (at most ``HOLD_S``): the rest of the user's cell runs
+        without a write sharing the interpreter with it (it held it for up to 5 ms at a time)."""
+        self._go.clear()
+
+    def release(self) -> None:
+        self._go.set()
 
     def submit(self, job: Job, what: str, where: Where = None) -> None:
         """Run ``job`` (which writes ``what``) in the background, after the jobs before it;
@@ -55,6 +66,7 @@ class Writer:
     def wait(self) -> None:
         """Block until every job handed over is done; warn once about each that failed.
         Costs nothing when there is nothing to wait for (before every cell, every load)."""
+        self.release()
         if self._thread is not None and self._pid == os.getpid():
             self._queue.join()
         self._say(ours_first=False)
@@ -75,6 +87,7 @@ class Writer:
     def _run(self) -> None:
         while True:
             job, what, where = self._queue.get()
+            self._go.wait(HOLD_S)
             message = None
             try:
                 message = job()

@@ -65,7 +65,7 @@ def test_a_scripts_stacks_end_at_its_module_with_no_runner_beneath(tmp_path):
 
 
 def test_an_accelerators_stacks_are_cut_before_the_dump_and_stay_shared(tmp_path):
-    snap = load_snapshot(DATA / "cuda_step.pickle")  # PyTorch's own stacks, from an H200
+    snap = load_snapshot(DATA / "cuda_step_raw_stacks.pickle")  # PyTorch's own stacks, from an H200, uncut
     before = _stacks(snap)
     assert any(_is_shell(f) for frames in before for f in frames)  # IPython beneath every cell
     lists_before = len({id(frames) for frames in before})
@@ -82,7 +82,7 @@ def test_the_written_file_is_the_cut_one_and_its_summary_says_the_same(tmp_path)
     from memsnap_magic.intervals import digest, interval_from_digest
     from memsnap_magic.scan import read_run
 
-    snap = load_snapshot(DATA / "cuda_step.pickle")
+    snap = load_snapshot(DATA / "cuda_step_raw_stacks.pickle")
     d = digest(copy.deepcopy(snap))  # the summary is made before the cut, as the recorder makes it
     path = tmp_path / "step1" / "x_rank0.pickle"
     assert write_files(snap, path, d, interval_from_digest(d, path), trim=True) is None
