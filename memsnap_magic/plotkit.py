@@ -220,20 +220,25 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "") -> None:
-    """Write the largest value above its bar (one per step, at x = its position), if above zero."""
+def label_largest(
+    ax: Any, values: Sequence[int], *, color: str, prefix: str = "", names: Sequence[str] | None = None
+) -> None:
+    """Write the largest value above its bar (one per step, at x = its position), if above zero;
+    ``names``: the steps' labels, the one meant said in the text (``+64.0 MiB in step 5``), since a
+    wide label reaches over its neighbours' bars, which may have kept nothing."""
     if not len(values):
         return
     worst = max(range(len(values)), key=values.__getitem__)
     if values[worst] > 0:
-        # over an end bar the label runs inwards from the bar's outer edge: centred, it may cross the frame
+        # in a side third the label runs inwards from the bar's outer edge: centred, it may cross the frame
         x, ha = (worst, "center")
-        if len(values) > 1 and worst == len(values) - 1:
+        if len(values) > 1 and worst >= (len(values) - 1) * 2 / 3:
             x, ha = worst + BAR_WIDTH / 2, "right"
-        elif len(values) > 1 and worst == 0:
+        elif len(values) > 1 and worst <= (len(values) - 1) / 3:
             x, ha = worst - BAR_WIDTH / 2, "left"
+        named = f"\nin step {names[worst]}" if names is not None and len(values) > 1 else ""  # narrow panels
         ax.annotate(
-            prefix + fmt_bytes(values[worst]),
+            prefix + fmt_bytes(values[worst]) + named,
             (x, values[worst]),
             textcoords="offset points",
             xytext=(0, 3),
@@ -241,4 +246,4 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
             fontsize=FONT,
             color=color,
         )
-        ax.update_datalim([(worst, values[worst] * 1.25)])  # room for the label inside the frame
+        ax.update_datalim([(worst, values[worst] * (1.5 if named else 1.25))])  # room for the label inside the frame

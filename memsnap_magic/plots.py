@@ -31,6 +31,7 @@ from .text import fmt_bytes
 
 VIEWS = ("interval", "cumulative", "both", "categories")
 # categories (see categories.ORDER); steps recorded without them are drawn whole, in grey
+RUN_GREYS = ("#4d4d4d", "#ffffff", "#9a9a9a", "#d9d9d9")  # runs in the by-category view's lower panels
 CATEGORY_COLORS = {
     "parameter": "#4e79a7",
     "gradient": "#f28e2c",
@@ -176,7 +177,7 @@ def overview_figure(
                     label="_selected",
                 )
             )
-    label_largest(kept_ax, kept, color=KEPT, prefix="+")
+    label_largest(kept_ax, kept, color=KEPT, prefix="+", names=labels)
     _kept_panel(kept_ax, labels)
 
     if (show_interval or view == "categories") and x:
@@ -295,8 +296,11 @@ def runs_figure(
             cumul = [iv.cumulative_peak_allocated for iv in ivs]
             peak_ax.plot(x, cumul, "o--" if len(x) <= 60 else "--", color=color, label=f"_{label}, never cleared")
         if x:
-            bars(kept_ax, x, [iv.kept for iv in ivs], color=color, label="_kept", width=width)
-            bars(size_ax, x, [iv.trace_entries for iv in ivs], color=color, label="_size", width=width)
+            # by category, run colours beside the categories' would read as categories: greys, named
+            below, edge = (RUN_GREYS[k % len(RUN_GREYS)], OUTLINE) if view == "categories" else (color, "none")
+            kept_label = label if view == "categories" else "_kept"
+            bars(kept_ax, x, [iv.kept for iv in ivs], color=below, edgecolor=edge, label=kept_label, width=width)
+            bars(size_ax, x, [iv.trace_entries for iv in ivs], color=below, edgecolor=edge, label="_size", width=width)
         if selected is not None and selected[0] == k:
             chosen = [iv for iv in ivs if column[iv.step] == selected[1]]
             for iv in chosen[:1]:
@@ -324,6 +328,14 @@ def runs_figure(
         peak_ax.set_xlabel("step · bars in each, left to right: " + ", ".join(label for label, _ in runs))
     _kept_panel(kept_ax, labels)
     _size_panel(size_ax, labels)
+    if view == "categories" and runs:  # the greys below name the runs, on one line above the bars
+        top = max((iv.kept for _, ivs in runs for iv in ivs), default=0)
+        if top > 0:
+            kept_ax.update_datalim([(0, top * 1.8)])
+            kept_ax.autoscale_view()
+        kept_ax.legend(
+            fontsize=FONT, frameon=False, loc="upper left", ncol=len(runs), handlelength=1.0, columnspacing=0.8
+        )
     figure_legend(fig, [peak_ax])
     return fig
 

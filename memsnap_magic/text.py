@@ -27,8 +27,10 @@ def fmt_bytes(n: int | None, signed: bool = False) -> str:
         return "—"
     sign = ("+" if n > 0 else "-" if n < 0 else "±") if signed else ("-" if n < 0 else "")
     value = float(abs(n))
-    for unit in _UNITS:  # compared as printed: 1,048,568 B is 1.0 MiB, not 1024.0 KiB
-        if unit == _UNITS[-1] or (value < 1024 if unit == "B" else round(value, 1) < 1024):
+    # compared as printed, and never four digits before the point: 1,048,568 B is 1.0 MiB, not
+    # 1024.0 KiB, and 1,024,000 B is 1.0 MiB, not 1000.0 KiB (it read as a thousand of a unit)
+    for unit in _UNITS:
+        if unit == _UNITS[-1] or (value < 1000 if unit == "B" else round(value, 1) < 1000):
             break
         value /= 1024
     text = f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
@@ -463,10 +465,11 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
             + "".join(f"<td style='padding-right:1em'>{c}</td>" for c in cells[1:])
             + "</tr>"
         )
-    head = "<th>size</th>" + ("<th style='text-align:left'>what</th>" if labelled else "")
-    head += "<th style='text-align:left'>allocated in</th>"
+    left = "<th style='text-align:left;padding-right:1em'>"  # spaced as the cells below: headers never run together
+    head = "<th style='padding-right:1em'>size</th>" + (f"{left}what</th>" if labelled else "")
+    head += f"{left}allocated in</th>"
     if stacks:
-        head += "<th style='text-align:left'>allocated by</th>"
+        head += f"{left}allocated by</th>"
         notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
     else:
         notes = "<br><small>no stacks: " + html.escape("; ".join(reasons)) + "</small>"

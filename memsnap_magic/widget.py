@@ -41,6 +41,14 @@ CUMULATIVE_MEANS = (
     "cumulative: what each snapshot would hold if the history were never cleared, every earlier "
     "step included (the ever-growing files memsnap avoids)"
 )
+VIEW_MEANS = {  # the caption under the view buttons: what the view chosen shows
+    "interval": "per interval: each step's own snapshot, from a fresh history: its peak over its start, "
+    "and what it kept",
+    "cumulative": CUMULATIVE_MEANS,
+    "both": "both: each step's own peak beside what a never-cleared snapshot would hold by then",
+    "categories": "by category: each step's peak split into parameters, gradients, optimizer state, "
+    "activations and other",
+}
 POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
 RUN_FINDINGS = 4  # runs whose findings the header lists when runs are compared
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
@@ -62,10 +70,7 @@ class Dashboard:
         self.group = w.Dropdown(
             description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
         )
-        self.view_help = w.HTML(
-            f"<small style='opacity:0.75'>{html.escape(CUMULATIVE_MEANS)}</small>",
-            layout=w.Layout(margin="0 0 0 76px"),
-        )
+        self.view_help = w.HTML(layout=w.Layout(margin="0 0 0 76px"))
         self.step = w.Dropdown(description="step", style=labels)
         self.run = w.Dropdown(description="run", layout=w.Layout(display="none", width="240px"), style=labels)
         small = w.Layout(width="32px")
@@ -331,6 +336,7 @@ class Dashboard:
             self.overview_fig = self._figs["overview"] = plots.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )
+        self.view_help.value = f"<small style='opacity:0.75'>{html.escape(VIEW_MEANS[self.view.value])}</small>"
         self.findings = lines  # the headline's lines, for the still copy too
         # what the picture shows, in words, as drawn: a superseded copy keeps them after a reset
         as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"

@@ -58,7 +58,7 @@ def test_what_was_alive_at_the_failure_not_at_the_end():
     iv = interval_from_snapshot(snapshot(trace, {0x100: 1000}))
     assert iv.end_allocated == 1000 and iv.oom["allocated"] == 4000
     assert iv.oom["by_category"] == {"parameter": 1000, "activation": 3000}
-    assert "(parameter 1000 B, activation 2.9 KiB)" in oom_report(iv)
+    assert "(parameter 1.0 KiB, activation 2.9 KiB)" in oom_report(iv)
 
 
 def test_no_oom_no_report_and_the_dashboard_says_it_in_the_step():

@@ -275,3 +275,29 @@ def test_the_largest_kept_label_sits_inside_its_panel(kept, at):
     box, frame = label.get_window_extent(renderer), kept_ax.get_window_extent(renderer)
     assert frame.y0 <= box.y0 and box.y1 <= frame.y1 - 1, (box, frame)  # below the frame's top line
     assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)  # and within its sides
+
+
+def test_the_largest_kept_label_names_its_step():
+    # a wide label reaches over the bars beside it, which kept nothing: the text says which step it is
+    steps = [interval(n, 18 * MiB, 30 * MiB, 18 * MiB) for n in range(1, 9)]
+    steps[4] = interval(5, 18 * MiB, 30 * MiB, 18 * MiB + 64 * MiB)
+    fig = plots.overview_figure(steps, view="interval")
+    kept_ax = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("Kept"))
+    (label,) = [t for t in kept_ax.texts if t.get_text().startswith("+")]
+    assert label.get_text() == "+64.0 MiB\nin step 5"
+
+
+def test_runs_by_category_name_their_runs_in_greys_below():
+    # run colours beside category colours read as two more categories: the lower panels use greys, named
+    runs = [
+        (name, [interval(n, 18 * MiB, 30 * MiB, 18 * MiB + k * MiB) for n in range(1, 4)])
+        for k, name in enumerate(("before", "after"))
+    ]
+    fig = plots.runs_figure(runs, view="categories")
+    kept_ax = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("Kept"))
+    legend = kept_ax.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["before", "after"]
+    faces = {tuple(c.get_facecolor()[0][:3]) for c in kept_ax.collections}
+    category = {tuple(int(v[i : i + 2], 16) / 255 for i in (1, 3, 5)) for v in plots.CATEGORY_COLORS.values()}
+    assert faces and not faces & category
+    assert all(len({round(v, 3) for v in face}) == 1 for face in faces)  # greys

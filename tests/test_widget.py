@@ -92,7 +92,13 @@ def test_view_control_changes_the_series_drawn(session):
 
     d = Dashboard(session)
     assert d.view.value == "interval"  # the per-step story first; never cleared one click away
-    assert "never cleared" in CUMULATIVE_MEANS and CUMULATIVE_MEANS.split(":")[0] in d.view_help.value
+    assert "never cleared" in CUMULATIVE_MEANS and "cumulative" not in d.view_help.value  # says the view shown
+    captions = {}
+    for view in ("cumulative", "both", "categories", "interval"):
+        d.view.value = view
+        captions[view] = d.view_help.value
+    assert CUMULATIVE_MEANS.split(":")[0] in captions["cumulative"] and "by category" in captions["categories"]
+    assert len(set(captions.values())) == 4 and captions["interval"].count("per interval") == 1
     titles = set()
     views = (("interval", (True, False)), ("cumulative", (False, True)), ("both", (True, True)))
     for view, drawn in (*views, ("categories", (False, False))):  # unlabelled steps: grey bars
@@ -390,11 +396,11 @@ def test_a_superseded_dashboard_stops_listening_to_the_pointer(session):
 
 
 @given(st.integers(-(2**50), 2**50))
-def test_bytes_read_as_a_number_under_1024_of_their_unit(n):
+def test_bytes_read_as_a_number_under_1000_of_their_unit(n):
     from memsnap_magic.text import fmt_bytes
 
     number, unit = fmt_bytes(n).lstrip("-").split()
-    assert float(number) < 1024 or unit == "TiB"
+    assert float(number) < 1000 or unit == "TiB"
     scale = 1024 ** ["B", "KiB", "MiB", "GiB", "TiB"].index(unit)
     assert abs(float(number) * scale - abs(n)) <= 0.05 * scale + 0.5  # rounded to one decimal
 
@@ -402,7 +408,9 @@ def test_bytes_read_as_a_number_under_1024_of_their_unit(n):
 def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
     from memsnap_magic.text import fmt_bytes
 
-    assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(1023) == "1023 B" and fmt_bytes(1024) == "1.0 KiB"
+    assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(999) == "999 B" and fmt_bytes(1024) == "1.0 KiB"
+    # never four digits before the point: a thousand of a unit read as a typo of the next one
+    assert fmt_bytes(1023) == "1.0 KiB" and fmt_bytes(1_024_000) == "1.0 MiB" and fmt_bytes(-(1000 << 20)) == "-1.0 GiB"
 
 
 def test_one_step_under_two_tags_is_told_apart(session):
