@@ -1,0 +1,85 @@
+"""A trace whose viewer-only entries are written in later: the CPU route's, while the cell waits.
+
+Each CPU allocation is two trace entries and each free three: the ``alloc`` and ``free_completed``
+that carry its bytes, and ``segment_alloc``, ``free_requested`` and ``segment_free``, which only
+PyTorch's viewer reads (it replays blocks inside segments) and which repeat their block entry's
+fields. Figures, labels and marks read the block entries alone, so the CPU route builds only those
+(``Compact``) while the user waits, and ``complete`` writes the companions in just before the file
+is written, off the cell's critical path: 80,000 events are 200,000 dicts, 120,000 of them
+companions. The completed trace is the one a single pass would have built, entry for entry
+(``tests/test_compact.py`` holds the two together).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.categories import UNKNOWN
+
+
+class Compact(list):  # type: ignore[type-arg]
+    """The block entries of a trace in order (and any other entry: an ``oom``, the snapshot marker),
+    with what completing it adds. ``segments``: each block entry gets its segment event (allocations
+    a ``segment_alloc`` before, frees a ``segment_free`` after; every free a ``free_requested``
+    before). ``cut_first``: the ring cut the first entry's group, so what came before that
+    entry in it is not written (a kept ``segment_free`` of a group whose ``free_completed`` was cut
+    is in the list itself). ``companions``: how many entries completing adds. ``marked``: how
+    many of its first entries were given their step's mark as they were built."""
+
+    segments: bool = True
+    cut_first: bool = False
+    companions: int = 0
+    marked: int = 0
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a Compact trace is written completed: compact.complete(snapshot) first")
+
+
+def entries(trace: list[dict[str, Any]]) -> int:
+    """How many entries ``trace`` holds once completed."""
+    return len(trace) + trace.companions if type(trace) is Compact else len(trace)
+
+
+def adds_segments(trace: list[dict[str, Any]]) -> bool:
+    """Whether completing ``trace`` adds segment events (entries of no block: no category)."""
+    return type(trace) is Compact and trace.segments and trace.companions > 0
+
+
+def expand(trace: Compact) -> list[dict[str, Any]]:
+    """The completed trace: each block entry with its companions, copies of it (same fields and
+    frames list, mark and category; a segment event's category ``unknown`` where it has one)."""
+    out: list[dict[str, Any]] = []
+    add, segments = out.append, trace.segments
+    for n, e in enumerate(trace):
+        action = e.get("action")
+        whole = n > 0 or not trace.cut_first
+        if action == "alloc":
+            if segments and whole:
+                add(_companion(e, "segment_alloc", UNKNOWN))
+            add(e)
+        elif action == "free_completed":
+            if whole:
+                add(_companion(e, "free_requested"))
+            add(e)
+            if segments:
+                add(_companion(e, "segment_free", UNKNOWN))
+        else:
+            add(e)
+    return out
+
+
+def complete(snap: dict[str, Any]) -> None:
+    """Write the companions into every ``Compact`` trace of ``snap``, in place."""
+    traces = snap.get("device_traces")
+    if type(traces) is list:
+        for i, trace in enumerate(traces):
+            if type(trace) is Compact:
+                traces[i] = expand(trace)
+
+
+def _companion(entry: dict[str, Any], action: str, category: str | None = None) -> dict[str, Any]:
+    made = dict(entry)
+    made["action"] = action
+    if category is not None and "category" in made:
+        made["category"] = category
+    return made
