@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 from common import Context, Row, interleaved, interval_from, make_snapshot, ratio_row, snapshot, timed
 
 if TYPE_CHECKING:
-    from memsnap_magic.session_state import Session
+    from memsnap_magic.results.session import Session
 
 NAME = "dashboard"
 STEPS = 1_000  # a long session (the scale issue's size)
 
 
 def _session(n: int) -> Session:
-    from memsnap_magic.session_state import Session
+    from memsnap_magic.results.session import Session
 
     small = [make_snapshot(2_000, frames=4, seed=seed, live=200) for seed in range(10)]
     bases = [interval_from(small[i], 0) for i in range(len(small))]
@@ -41,7 +41,7 @@ def _session(n: int) -> Session:
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.widget import Dashboard
+    from memsnap_magic.views.dashboard import Dashboard
 
     entries = ctx.pick(200_000, 50_000)
     big = interval_from(snapshot(entries, frames=4), 0)
@@ -109,8 +109,8 @@ def run(ctx: Context) -> list[Row]:
 
 
 def _after_shows(ctx: Context) -> Row:
-    from memsnap_magic.state import STATE
-    from memsnap_magic.widget import Dashboard
+    from memsnap_magic.recording.process_state import STATE
+    from memsnap_magic.views.dashboard import Dashboard
 
     step = interval_from(make_snapshot(2_000, frames=4, seed=99, live=200), 0)
     sessions, shown = {}, {}

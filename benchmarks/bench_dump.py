@@ -17,7 +17,7 @@ NAME = "dump"
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.snapshot import dump_snapshot
+    from memsnap_magic.files.snapshot import dump_snapshot
 
     entries = ctx.pick(200_000, 50_000)
     snap = snapshot(entries, frames=4)

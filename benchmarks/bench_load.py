@@ -28,7 +28,7 @@ NAME = "load"
 
 PEAK = """
 import pickle, sys
-from memsnap_magic.snapshot import load_snapshot
+from memsnap_magic.files.snapshot import load_snapshot
 
 def high_water():
     return int(next(line for line in open("/proc/self/status") if line.startswith("VmHWM")).split()[1])
@@ -55,7 +55,7 @@ def _peak_kib(how: str, path: Path) -> int:
 
 
 def _timed_row(ctx: Context, name: str, what: str, path: Path, limit: float, **details: object) -> Row:
-    from memsnap_magic.snapshot import load_snapshot
+    from memsnap_magic.files.snapshot import load_snapshot
 
     plain, plain_gc_off = pickle_loads_of(path)
     times = interleaved(

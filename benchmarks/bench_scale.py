@@ -41,7 +41,7 @@ NAME = "scale"
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.analysis import summarize
+    from memsnap_magic.results.analysis import summarize
 
     drop_cached()
     sizes = ctx.pick((10_000, 100_000, 1_000_000), (10_000, 30_000, 100_000))

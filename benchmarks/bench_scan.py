@@ -30,7 +30,7 @@ NAME = "scan"
 
 
 def _folder(root: Path, steps: int, ranks: int, entries: int) -> list[Path]:
-    from memsnap_magic.layout import META_KEY
+    from memsnap_magic.files.layout import META_KEY
 
     snap = tiled_cuda_snapshot(entries)
     # a foreign run's files say nothing of their step, the layout does (the recorded step's would
@@ -58,7 +58,7 @@ def _summarize(folder: Path, jobs: int | None = None) -> str:
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.scan import default_jobs
+    from memsnap_magic.results.scan import default_jobs
 
     steps, ranks, entries = ctx.pick((10, 2, 200_000), (3, 2, 20_000))
     cache = ctx.work / "scan-cache"

@@ -30,7 +30,7 @@ NAME = "session_memory"
 
 
 def run(ctx: Context) -> list[Row]:
-    from memsnap_magic.session_state import Session
+    from memsnap_magic.results.session import Session
 
     steps, entries = ctx.pick((200, 200_000), (20, 50_000))
     drop_cached()
@@ -51,9 +51,9 @@ def run(ctx: Context) -> list[Row]:
 
 
 def _steps_row(ctx: Context, snap: dict, entries: int) -> Row:
-    from memsnap_magic import summaries
-    from memsnap_magic.intervals import digest, interval_from_digest
-    from memsnap_magic.session_state import Session
+    from memsnap_magic.files import summaries
+    from memsnap_magic.results.intervals import digest, interval_from_digest
+    from memsnap_magic.results.session import Session
 
     d = digest(snap)
     st = os.stat(__file__)

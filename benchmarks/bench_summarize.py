@@ -49,8 +49,8 @@ def run(ctx: Context) -> list[Row]:
 def measure(
     ctx: Context, name: str, what: str, build: Callable[[], dict[str, Any]], limit: float | None, **details: Any
 ) -> Row:
-    from memsnap_magic.alive import alive_at
-    from memsnap_magic.analysis import summarize
+    from memsnap_magic.results.alive import alive_at
+    from memsnap_magic.results.analysis import summarize
 
     path = ctx.work / f"{name}.pickle"
     path.write_bytes(pickle.dumps(build(), protocol=4))

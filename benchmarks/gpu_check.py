@@ -279,12 +279,12 @@ def device_key(plan: Plan) -> str:
 
 def use_route(plan: Plan, route: str) -> None:
     """Stop any recording and make the next cells use ``route`` ("default" or "toggle")."""
-    from memsnap_magic.state import STATE
+    from memsnap_magic.recording.process_state import STATE
 
     STATE.stop_all()
     if plan.device != "cuda":
         return  # the CPU backend has a single route: restart the profiler
-    from memsnap_magic.backends.accelerator import AcceleratorBackend
+    from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
 
     key = device_key(plan)
     if route == "default":
@@ -296,7 +296,7 @@ def use_route(plan: Plan, route: str) -> None:
 
 
 def current_route(plan: Plan) -> str:
-    from memsnap_magic.state import STATE
+    from memsnap_magic.recording.process_state import STATE
 
     backend = STATE.backends.get(device_key(plan))
     if backend is None:
@@ -812,9 +812,9 @@ def category_steps(state: State, name: str, model: Any, loss_fn: Callable[[], An
     import torch
 
     from memsnap_magic import Recorder, wait_for_writes
-    from memsnap_magic.backends.registry import trace_index
-    from memsnap_magic.session_state import Session
-    from memsnap_magic.snapshot import load_snapshot
+    from memsnap_magic.core.devices import trace_index
+    from memsnap_magic.files.snapshot import load_snapshot
+    from memsnap_magic.results.session import Session
 
     device = state.plan.device
     usage_keys = {"rss"} if device == "cpu" else {"free", "total", "reserved"}
@@ -936,9 +936,10 @@ def section_newer_options(state: State) -> None:
 
 
 def section_files(state: State) -> None:
-    from memsnap_magic import load_snapshot, summaries
-    from memsnap_magic.intervals import interval_from_snapshot
-    from memsnap_magic.scan import read_intervals
+    from memsnap_magic import load_snapshot
+    from memsnap_magic.files import summaries
+    from memsnap_magic.results.intervals import interval_from_snapshot
+    from memsnap_magic.results.scan import read_intervals
 
     if state.shell is None:
         raise RuntimeError("setup failed; nothing to run")
@@ -1198,7 +1199,7 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000) -> tuple[C
 
         snapshot = mem._snapshot
     else:
-        from memsnap_magic.backends.cpu import CpuBackend
+        from memsnap_magic.recording.backends.cpu.backend import CpuBackend
 
         backend = CpuBackend()
 
@@ -1209,7 +1210,7 @@ def bare_recorder(plan: Plan, path: Path, max_entries: int = 100_000) -> tuple[C
             backend.end(keep=False)
 
         def snapshot() -> dict:
-            from memsnap_magic.compact import complete
+            from memsnap_magic.files.compact import complete
 
             snap = backend.snapshot()
             complete(snap)  # its viewer-only entries, written in as every dump of it does
@@ -1236,10 +1237,14 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
     """What the magic does after a recorded body, as the functions it calls: the foreground (the
     snapshot, the categories' labels, the step marks, the summary, ending the recording, handing
     the file over) and the background writer's (the dump, the summary beside it)."""
-    from memsnap_magic import categories, intervals, layout, readable, recorder, snapshot, summaries
-    from memsnap_magic.backends.accelerator import AcceleratorBackend
-    from memsnap_magic.backends.cpu import CpuBackend
-    from memsnap_magic.writer import Writer
+    from memsnap_magic.files import layout, snapshot, summaries
+    from memsnap_magic.files.writer import Writer
+    from memsnap_magic.recording import recorder
+    from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
+    from memsnap_magic.results import intervals
+    from memsnap_magic.results import labels as categories
+    from memsnap_magic.results import stacks as readable
 
     backend = AcceleratorBackend if plan.device == "cuda" else CpuBackend
     return [
@@ -1517,7 +1522,7 @@ def run_section(state: State, name: str, fn: Callable[[State], None]) -> None:
     finally:
         signal.alarm(0)
         with contextlib.suppress(Exception):
-            from memsnap_magic.state import STATE
+            from memsnap_magic.recording.process_state import STATE
 
             STATE.stop_all()  # never leave recording on for the next section
         state.results["sections"][name] = {"ok": ok, "elapsed_s": round(time.perf_counter() - t0, 3)}

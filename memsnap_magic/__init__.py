@@ -29,32 +29,33 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Recorder": "recorder",
-    "mark": "recorder",
-    "SnapshotError": "snapshot",
-    "load_snapshot": "snapshot",
-    "dump_snapshot": "snapshot",
-    "summarize": "analysis",
-    "Summary": "analysis",
-    "session": "state",
-    "wait_for_writes": "writer",
-    "Session": "session_state",
-    "Interval": "intervals",
-    "Options": "options",
-    "dashboard": "widget",
-    "Dashboard": "widget",
+    "Recorder": "recording.recorder",
+    "mark": "recording.recorder",
+    "SnapshotError": "core.errors",
+    "load_snapshot": "files.snapshot",
+    "dump_snapshot": "files.snapshot",
+    "summarize": "results.analysis",
+    "Summary": "results.analysis",
+    "session": "recording.process_state",
+    "wait_for_writes": "files.writer",
+    "Session": "results.session",
+    "Interval": "results.intervals",
+    "Options": "recording.options",
+    "dashboard": "views.dashboard",
+    "Dashboard": "views.dashboard",
 }
 
 if TYPE_CHECKING:
-    from .analysis import Summary, summarize
-    from .intervals import Interval
-    from .options import Options
-    from .recorder import Recorder, mark
-    from .session_state import Session
-    from .snapshot import SnapshotError, dump_snapshot, load_snapshot
-    from .state import session
-    from .widget import Dashboard, dashboard
-    from .writer import wait_for_writes
+    from .core.errors import SnapshotError
+    from .files.snapshot import dump_snapshot, load_snapshot
+    from .files.writer import wait_for_writes
+    from .recording.options import Options
+    from .recording.process_state import session
+    from .recording.recorder import Recorder, mark
+    from .results.analysis import Summary, summarize
+    from .results.intervals import Interval
+    from .results.session import Session
+    from .views.dashboard import Dashboard, dashboard
 
 
 def __getattr__(name: str) -> Any:
@@ -69,10 +70,10 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
-    from .execute import SyntaxCheck
-    from .magic import MemsnapMagics
-    from .readable import know_cells
-    from .recorder import mark
+    from .ipython.execute import SyntaxCheck
+    from .ipython.magic import MemsnapMagics
+    from .recording.recorder import mark
+    from .results.stacks import know_cells
 
     ipython.register_magics(MemsnapMagics)
     ipython.user_ns.setdefault("mark", mark)
@@ -91,8 +92,8 @@ def load_ipython_extension(ipython: Any) -> None:
 def _before_cell(info: Any = None) -> None:
     """Every cell starts once our background writes are done: it never races one for a file,
     nor shares the interpreter with one."""
-    from .notice import BACKGROUND, blamed_on
-    from .writer import wait_for_writes
+    from .core.warn import BACKGROUND, blamed_on
+    from .files.writer import wait_for_writes
 
     with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
         wait_for_writes()
@@ -100,7 +101,7 @@ def _before_cell(info: Any = None) -> None:
 
 def _after_cell(result: Any = None) -> None:
     """A recorded cell's file starts being written once the cell is done (``Writer.hold``)."""
-    from .writer import WRITER
+    from .files.writer import WRITER
 
     WRITER.release()
 
@@ -108,16 +109,16 @@ def _after_cell(result: Any = None) -> None:
 def _count_cell() -> None:
     """Count every cell run, a frontend's silent ones too (they fire no ``pre_run_cell``): the
     CPU route asks whether code ran between two recorded cells."""
-    from .state import STATE
+    from .recording.process_state import STATE
 
     STATE.cells_begun += 1
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
-    from .execute import SyntaxCheck
-    from .recorder import mark
-    from .state import STATE
+    from .ipython.execute import SyntaxCheck
+    from .recording.process_state import STATE
+    from .recording.recorder import mark
 
     STATE.stop_all()
     _before_cell()

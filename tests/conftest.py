@@ -41,7 +41,7 @@ def summary_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(autouse=True)
 def fresh_state():
     """Each test starts with an empty session and no recording left on, and leaves none."""
-    from memsnap_magic.state import STATE
+    from memsnap_magic.recording.process_state import STATE
 
     STATE.reset()
     yield

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from snapshots import alloc, entry, free, reference, snapshot
 
-from memsnap_magic.analysis import decimate, pick_device, summarize
-from memsnap_magic.pairing import sorted_contains
+from memsnap_magic.results.analysis import decimate, pick_device, summarize
+from memsnap_magic.results.pairing import sorted_contains
 
 MiB = 1 << 20
 
@@ -204,7 +204,7 @@ def test_decimate_keeps_extremes_and_order():
 @given(windows(), st.integers(-1, 200))
 @settings(max_examples=200, deadline=None)
 def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
-    from memsnap_magic.alive import alive_at
+    from memsnap_magic.results.alive import alive_at
 
     s = summarize(snap)
     at = min(at, len(s.allocated) - 1)
@@ -214,7 +214,7 @@ def test_blocks_alive_at_any_event_add_up_to_the_timeline(snap, at):
 
 
 def test_alive_at_peak_names_frames_and_origin():
-    from memsnap_magic.alive import alive_at
+    from memsnap_magic.results.alive import alive_at
 
     frames = [{"filename": "train.py", "line": 7, "name": "forward"}]
     trace = [dict(alloc(16, 300)[0], frames=frames), *alloc(32, 100), *free(16, 300), *free(10, 50)]
@@ -248,7 +248,7 @@ def long_window(seed: int, events: int = 4000) -> dict:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_top_blocks_pair_only_the_largest_sizes_and_match_pairing_everything(seed, monkeypatch):
-    from memsnap_magic import alive, pairing
+    from memsnap_magic.results import alive, pairing
 
     s = summarize(long_window(seed))
     read = []
@@ -267,7 +267,7 @@ def test_top_blocks_pair_only_the_largest_sizes_and_match_pairing_everything(see
 
 
 def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
-    from memsnap_magic.alive import alive_at
+    from memsnap_magic.results.alive import alive_at
 
     trace = alloc(0x1, 10) + alloc(0x2, 20) + alloc(0x3, 30)
     for i in range(1000):  # temporaries, each larger than the last, freed right away
@@ -279,7 +279,7 @@ def test_top_blocks_widen_past_larger_blocks_freed_before_the_index():
 
 def test_top_blocks_of_an_old_file_without_requested_sizes_match_pairing_everything():
     # the end state's 512 B block is the trace's 500 B alloc: pairing by size would miss them
-    from memsnap_magic.alive import alive_at
+    from memsnap_magic.results.alive import alive_at
 
     trace = alloc(0x1, 500)
     for i in range(32):
@@ -329,7 +329,7 @@ def test_entries_without_time_us_carry_the_last_time_forward():
 @given(windows())
 def test_kept_blocks_are_those_alive_at_the_end_that_the_window_allocated(snap):
     """``kept`` (one pass over the allocations' addresses) agrees with pairing every event."""
-    from memsnap_magic.alive import alive_at, kept
+    from memsnap_magic.results.alive import alive_at, kept
 
     s = summarize(snap)
     last = len(s.events[1]) - 1

@@ -13,10 +13,11 @@ import pytest
 from IPython.core.error import UsageError
 
 import memsnap_magic
-from memsnap_magic import backends, session
-from memsnap_magic.backends import BackendError
-from memsnap_magic.backends.accelerator import AcceleratorBackend
-from memsnap_magic.options import Options
+from memsnap_magic import session
+from memsnap_magic.recording import backends
+from memsnap_magic.recording.backends import BackendError
+from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
+from memsnap_magic.recording.options import Options
 
 _UNSET = object()
 
@@ -221,7 +222,7 @@ def test_device_use_beside_the_trace_and_a_step_mark_on_every_entry(shell, fake)
     """free/total and reserved at the start and end (mem_get_info, memory_reserved where the
     module has them), the gap said in words; each entry names its step for memory_viz."""
     from memsnap_magic import load_snapshot
-    from memsnap_magic.text import usage_line
+    from memsnap_magic.views.text import usage_line
 
     GiB = 1 << 30
     fake.device.mem_get_info = lambda i: (80 * GiB - (3 * GiB + fake.current), 80 * GiB)

@@ -5,9 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsnap_magic.analysis import summarize
-from memsnap_magic.backends.cpu_history import build_snapshot
-from memsnap_magic.backends.live_tensors import live_storages
+from memsnap_magic.recording.backends.cpu.history import build_snapshot
+from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
+from memsnap_magic.results.analysis import summarize
 
 MiB = 1 << 20
 
@@ -59,7 +59,7 @@ def test_baseline_from_live_storages_and_silent_frees():
 
 
 def test_a_silent_free_goes_before_the_first_reuse_of_any_of_its_bytes_or_when_it_died():
-    from memsnap_magic.backends.cpu_history import History
+    from memsnap_magic.recording.backends.cpu.history import History
 
     # B is reused from its middle, C by an allocation spanning it and D's start; A died at 2500 ns
     start = {A: MiB, B: MiB, C: 64, C + 64: 64}
@@ -145,7 +145,7 @@ def test_what_modules_keep_besides_tensors_cannot_spend_the_walk_before_their_pa
 
 
 def test_the_walk_knows_torchs_own_module_attributes_without_making_a_module(monkeypatch):
-    from memsnap_magic.backends.live_tensors import _TORCH_MODULE_ATTRS
+    from memsnap_magic.recording.backends.cpu.live_tensors import _TORCH_MODULE_ATTRS
 
     assert set(vars(torch.nn.Module())) <= _TORCH_MODULE_ATTRS  # a torch that adds one: add it
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
@@ -231,7 +231,7 @@ CELLS = {
 
 def profiled(code: str, ns: dict, stacks: bool = False) -> list:
     """The event tree's roots of a profiler session around ``code``, as the CPU route opens it."""
-    from memsnap_magic.backends.cpu import _Profiler
+    from memsnap_magic.recording.backends.cpu.backend import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
@@ -273,8 +273,8 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     # instants=False: every node's fields are read, not only those of nodes without duration
     import cpu_reference
 
-    from memsnap_magic.backends import cpu_history
-    from memsnap_magic.backends.cpu_history import History
+    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu.history import History
 
     chunk, narrow = READINGS[reading]
     monkeypatch.setattr(cpu_history, "_CHUNK", chunk)
@@ -306,7 +306,7 @@ def test_what_reading_a_tree_made_is_held_for_whoever_frees_the_session(tracer):
     # first: they would pile up); a tracer's tree holds them all at once while it is read anyway
     from torch._C._profiler import _ExtraFields_Allocation
 
-    from memsnap_magic.backends.cpu_history import History
+    from memsnap_magic.recording.backends.cpu.history import History
 
     cell = CELLS["training step"] if tracer else "xs = [torch.ones(100) for _ in range(50)]\n"
     roots = profiled(cell, training_namespace(), stacks=tracer)
@@ -336,8 +336,8 @@ FRAMED = {  # allocations of STACK_BYTES or more get frames: in wide levels, in 
 
 @pytest.mark.parametrize("cell", FRAMED)
 def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, monkeypatch):
-    from memsnap_magic.backends import cpu_history
-    from memsnap_magic.backends.cpu_history import History
+    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu.history import History
 
     ns = training_namespace()
     live_start = live_storages(ns)
@@ -364,7 +364,7 @@ def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, m
 def test_build_snapshot_matches_the_walk_on_any_events(moves, live_start, end_keys, newest):
     import cpu_reference
 
-    from memsnap_magic.backends.cpu_history import build_snapshot
+    from memsnap_magic.recording.backends.cpu.history import build_snapshot
 
     events = [(1000 * i, ptr, size) for i, (ptr, size) in enumerate(moves)]
     live_end = {p: live_start.get(p, 1) for p in end_keys}
@@ -384,7 +384,7 @@ def test_every_state_of_a_cpu_dump_is_one_the_viewer_can_draw(moves, live_start,
     # a free only of what is live, as the allocator reports; windows of any size; silent frees
     from memory_viz import replay_backwards
 
-    from memsnap_magic.backends.cpu_history import build_snapshot
+    from memsnap_magic.recording.backends.cpu.history import build_snapshot
 
     live: dict[int, int] = dict(live_start)
     touched: set[int] = set()  # a block live at the start may have been freed unseen: its address reused
@@ -412,7 +412,7 @@ def test_a_replay_never_has_two_live_blocks_overlap(moves, start_sizes, newest, 
     # blocks made before recording, freed unreported; their bytes handed out again at any offset
     from memory_viz import replay_backwards
 
-    from memsnap_magic.backends.cpu_history import History
+    from memsnap_magic.recording.backends.cpu.history import History
 
     start, at = {}, 0
     for size in start_sizes:
@@ -457,8 +457,8 @@ def test_a_replay_never_has_two_live_blocks_overlap(moves, start_sizes, newest, 
 
 def test_the_warm_up_learns_that_allocations_are_instants(monkeypatch):
     # the tracer's reader reads fields only of nodes without duration, trusting this of PyTorch
-    from memsnap_magic.backends import cpu_history
-    from memsnap_magic.backends.cpu import _Profiler
+    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu.backend import _Profiler
 
     monkeypatch.setattr(cpu_history, "_INSTANTS", [None])
     _Profiler().warm_up()
@@ -482,8 +482,8 @@ def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
     # starts while it runs (PyTorch's profiler state is not ours to race)
     import threading
 
-    from memsnap_magic.backends.cpu import _Profiler
-    from memsnap_magic.writer import WRITER, wait_for_writes
+    from memsnap_magic.files.writer import WRITER, wait_for_writes
+    from memsnap_magic.recording.backends.cpu.backend import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
@@ -520,8 +520,8 @@ def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
 
 
 def test_a_cell_hands_its_profiler_results_to_the_writer(shell):
-    from memsnap_magic.state import STATE
-    from memsnap_magic.writer import wait_for_writes
+    from memsnap_magic.files.writer import wait_for_writes
+    from memsnap_magic.recording.process_state import STATE
 
     shell.run_cell("import torch")
     for _ in range(2):
@@ -536,7 +536,7 @@ def test_a_cell_hands_its_profiler_results_to_the_writer(shell):
 
 
 def test_a_session_that_grew_the_process_by_a_gb_frees_its_buffers_before_it_is_read(monkeypatch):
-    from memsnap_magic.backends import cpu
+    from memsnap_magic.recording.backends.cpu import backend as cpu
 
     profiler = cpu._Profiler()
     profiler.warm_up()

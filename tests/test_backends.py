@@ -12,10 +12,10 @@ import pytest
 from IPython.core.error import UsageError
 
 from memsnap_magic import session
-from memsnap_magic.backends import registry
-from memsnap_magic.backends.base import Backend
-from memsnap_magic.state import STATE
-from memsnap_magic.text import why_no_frames
+from memsnap_magic.core import devices as registry
+from memsnap_magic.recording.backends.base import Backend
+from memsnap_magic.recording.process_state import STATE
+from memsnap_magic.views.text import why_no_frames
 
 
 class FakeBackend(Backend):
@@ -74,7 +74,7 @@ class FakeBackend(Backend):
 @pytest.fixture
 def fake_family(monkeypatch):
     # the new family's module, and its one line in the registry
-    module = types.ModuleType("memsnap_magic.backends.fake")
+    module = types.ModuleType("memsnap_magic.recording.backends.fake")
     module.FakeBackend = FakeBackend
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(registry.KINDS, "fake", registry.Kind("fake", "FakeBackend"))
@@ -83,7 +83,7 @@ def fake_family(monkeypatch):
 def test_a_new_family_records_through_the_magic(shell, fake_family):
     import warnings
 
-    shell.run_cell("from memsnap_magic.state import STATE")
+    shell.run_cell("from memsnap_magic.recording.process_state import STATE")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # a device name torch does not know takes no part's failure
         shell.run_cell("%%memsnap step=1 device=fake:1\nSTATE.backends['fake:1'].alloc(0x10, 4096)")
@@ -132,8 +132,8 @@ print("ok")
 def test_cpu_route_refuses_a_torch_older_than_it_runs_on(shell, monkeypatch, version):
     import torch
 
-    from memsnap_magic.backends import BackendError
-    from memsnap_magic.backends.cpu import OLDEST_TORCH, CpuBackend
+    from memsnap_magic.recording.backends import BackendError
+    from memsnap_magic.recording.backends.cpu.backend import OLDEST_TORCH, CpuBackend
 
     monkeypatch.setattr(torch, "__version__", version)
     with pytest.raises(
@@ -150,7 +150,7 @@ def test_cpu_route_refuses_a_torch_older_than_it_runs_on(shell, monkeypatch, ver
 def test_cpu_route_warns_once_on_an_untested_torch(monkeypatch):
     import torch
 
-    from memsnap_magic.backends.cpu import TESTED_TORCH, CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import TESTED_TORCH, CpuBackend
 
     STATE.warned.discard("untested-torch")
     monkeypatch.setattr(torch, "__version__", "2.99.0+cpu")

@@ -42,6 +42,7 @@ ROWS = (
     "warm_scan",
     "cold_scan_jobs",
     "background_write",
+    "long_steps_line",
 )
 
 

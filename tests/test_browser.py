@@ -459,7 +459,7 @@ def _bar_points(img) -> list[tuple[float, float]]:
 
     from PIL import Image
 
-    from memsnap_magic.plots import RISE
+    from memsnap_magic.views.charts import RISE
 
     box = img.bounding_box()
     shot = Image.open(io.BytesIO(img.screenshot())).convert("RGB")
@@ -613,7 +613,7 @@ _RGB = "el => getComputedStyle(el)[prop].match(/[0-9.]+/g).map(Number)"
 def test_pictures_follow_the_width_sharp_and_themed(demo):
     from PIL import Image, ImageStat
 
-    from memsnap_magic.plotkit import DPI, FONT, SCALE, WIDTH
+    from memsnap_magic.views.chartkit import DPI, FONT, SCALE, WIDTH
 
     p = demo.page
     dash = p.locator(DASHBOARD)

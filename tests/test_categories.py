@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from memory_viz import colours, legend, replay
 
 from memsnap_magic import Recorder, session, wait_for_writes
-from memsnap_magic.categories import label, totals
-from memsnap_magic.roles import Roles
-from memsnap_magic.snapshot import load_snapshot
+from memsnap_magic.files.snapshot import load_snapshot
+from memsnap_magic.results.labels import Roles, label, totals
 
 
 def _mlp():
@@ -273,8 +272,8 @@ def test_every_entry_gets_one_category_and_sums_match_the_viewer(blocks):
 def test_the_categories_view_stacks_each_steps_peak_and_the_table_says_what():
     from test_widget import bars, interval
 
-    from memsnap_magic.session_state import Session
-    from memsnap_magic.widget import Dashboard
+    from memsnap_magic.results.session import Session
+    from memsnap_magic.views.dashboard import Dashboard
 
     MiB = 1 << 20
     s = Session()
@@ -290,4 +289,4 @@ def test_the_categories_view_stacks_each_steps_peak_and_the_table_says_what():
     assert bars(peak_ax, "parameter") == [[4 * MiB, 0]] and bars(peak_ax, "activation") == [[6 * MiB, 0]]
     assert bars(peak_ax, "no categories") == [[0, 8 * MiB]]
     d.step.value = 0
-    assert "<th style='text-align:left'>what</th>" in d.blocks.value and ">parameter<" in d.blocks.value
+    assert ">what</th>" in d.blocks.value and ">parameter<" in d.blocks.value

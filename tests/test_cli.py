@@ -13,7 +13,7 @@ from snapshots import alloc, free, snapshot
 
 from memsnap_magic import session
 from memsnap_magic.cli import main
-from memsnap_magic.snapshot import dump_snapshot
+from memsnap_magic.files.snapshot import dump_snapshot
 
 MiB = 1 << 20
 
@@ -67,7 +67,7 @@ def test_summarize_table_and_files_in_given_order(verl_folder, tmp_path, capsys)
 
 
 def test_plot_writes_a_png(verl_folder, tmp_path, monkeypatch, capsys):
-    from memsnap_magic import plots
+    from memsnap_magic.views import charts as plots
 
     drawn = []
     for name in ("overview_figure", "ranks_figure"):
@@ -364,7 +364,7 @@ def test_memsnap_load_redraws_a_shown_dashboard_once_and_names_steps_as_ranges(s
 
 
 def test_runs_of_several_ranks_are_compared_one_bar_per_run_and_step(verl_folder, tmp_path, monkeypatch, capsys):
-    from memsnap_magic import plots
+    from memsnap_magic.views import charts as plots
 
     compared = []
     real = plots.runs_figure

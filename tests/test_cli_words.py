@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from memsnap_magic import readable, session, wait_for_writes
+from memsnap_magic import session, wait_for_writes
 from memsnap_magic.cli import main
+from memsnap_magic.results import stacks as readable
 
 
 @pytest.fixture

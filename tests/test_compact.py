@@ -11,12 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsnap_magic.backends.cpu_history import History
-from memsnap_magic.categories import label_snapshot
-from memsnap_magic.compact import Compact, complete, entries, expand
-from memsnap_magic.intervals import digest
-from memsnap_magic.layout import stamp
-from memsnap_magic.roles import Roles
+from memsnap_magic.files.compact import Compact, complete, entries, expand
+from memsnap_magic.files.layout import stamp
+from memsnap_magic.recording.backends.cpu.history import History
+from memsnap_magic.results.intervals import digest
+from memsnap_magic.results.labels import Roles, label_snapshot
 
 BASE = 0x7F00_0000_0000
 ROLES = ("parameter", "gradient", "optimizer_state")
@@ -106,7 +105,7 @@ def plain(d: dict) -> dict:
 
 
 def test_a_compact_trace_is_never_pickled_as_one_and_is_written_complete(tmp_path):
-    from memsnap_magic.snapshot import dump_snapshot, load_snapshot
+    from memsnap_magic.files.snapshot import dump_snapshot, load_snapshot
 
     args = ({}, [(1000, BASE, 64), (2000, BASE, -64), (3000, BASE + 4096, 32)], {BASE + 4096: 32}, {}, Roles(), 3000)
     snap = snapshot(args, 100, True, compact=True)

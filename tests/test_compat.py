@@ -76,7 +76,7 @@ def test_the_backward_replay_fails_where_the_viewer_does():
     # so it cannot simply agree with our writer: the two ways the viewer throws
     from memory_viz import ViewerError, replay_backwards
 
-    from memsnap_magic.backends.cpu_history import build_snapshot
+    from memsnap_magic.recording.backends.cpu.history import build_snapshot
 
     events = [(1000, 0xA0, 64), (2000, 0xB0, 32), (3000, 0xA0, -64)]
     without = build_snapshot(events, {}, {}, end_us=9, max_entries=100, segment_events=False)

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.backends.cpu_history import STACK_BYTES
-from memsnap_magic.state import STATE
-from memsnap_magic.text import blocks_table, frame_lines
+from memsnap_magic.recording.backends.cpu.history import STACK_BYTES
+from memsnap_magic.recording.process_state import STATE
+from memsnap_magic.results.stacks import frame_lines
+from memsnap_magic.views.text import blocks_table
 
 MiB = 1 << 20
 
@@ -206,7 +207,7 @@ def test_what_a_steps_loop_made_after_its_last_listed_step_is_followed(cpu):
 
 
 def test_back_to_back_cells_do_not_look_into_graphs_at_their_start(cpu, monkeypatch):
-    from memsnap_magic.backends import cpu as cpu_route
+    from memsnap_magic.recording.backends.cpu import backend as cpu_route
 
     walks = []  # the start's walks (the end's own graph walk, for carried blocks, is another matter)
     real = cpu_route.CpuBackend._walk_start
@@ -474,7 +475,7 @@ def test_context_none_records_no_stacks(cpu):
 
 
 def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
-    from memsnap_magic.widget import Dashboard
+    from memsnap_magic.views.dashboard import Dashboard
 
     run(cpu, "hold = []\ndef grow():\n    hold.append(torch.empty(2**22))\n")  # 16 MiB each
     run(cpu, "%%memsnap step=1\nw = torch.ones(2**18)")  # 1 MiB, not from grow
@@ -493,7 +494,7 @@ def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
 
 
 def test_a_table_without_any_stack_drops_the_column(cpu):
-    from memsnap_magic.text import blocks_table
+    from memsnap_magic.views.text import blocks_table
 
     run(cpu, "%%memsnap step=1 context=none\nbig = torch.ones(2**18)")
     table = blocks_table(session().intervals[0])
@@ -505,8 +506,8 @@ def test_the_process_resident_memory_is_kept_beside_the_trace(tmp_path):
     import torch
 
     from memsnap_magic import Recorder
-    from memsnap_magic.snapshot import load_snapshot
-    from memsnap_magic.text import usage_line
+    from memsnap_magic.files.snapshot import load_snapshot
+    from memsnap_magic.views.text import usage_line
 
     with Recorder(device="cpu", out=tmp_path, step=2, namespace={}, wait=True):
         x = torch.ones(16 << 20)  # noqa: F841  64 MiB: past glibc's largest mmap threshold, fresh pages
@@ -642,7 +643,7 @@ def test_the_first_recorded_step_frees_what_was_made_before_recording_when_it_di
 
 
 def test_a_free_no_event_dates_makes_the_peak_a_stated_bound(cpu):
-    from memsnap_magic.text import caveats, describe
+    from memsnap_magic.views.text import caveats, describe
 
     run(cpu, f"t = torch.ones({MiB})")
     run(cpu, f"%%memsnap step=1\nt.resize_({4 * MiB})")  # the storage lives on; its old block is gone

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memsnap_magic.execute import ends_with_semicolon
+from memsnap_magic.ipython.execute import ends_with_semicolon
 
 FRAGMENTS = ["x", ";", " ", "\n", "# c;\n", "f(", ")", "'a;'", "if x:\n    ", "y", "1", ",", "\\\n"]
 

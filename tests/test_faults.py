@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.snapshot import dump_snapshot
-from memsnap_magic.state import STATE
+from memsnap_magic.files.snapshot import dump_snapshot
+from memsnap_magic.recording.process_state import STATE
 
 
 def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
@@ -40,7 +40,7 @@ def test_out_of_memory_error_is_dumped_and_reaches_the_user_unchanged(shell):
 
 
 def test_full_disk_warns_once_and_keeps_the_result(shell, monkeypatch):
-    import memsnap_magic.snapshot as snapshot_module
+    import memsnap_magic.files.snapshot as snapshot_module
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -62,7 +62,7 @@ def test_a_process_killed_mid_dump_leaves_no_file_under_the_final_name(tmp_path)
     final = tmp_path / "step1" / "torch_memory_rank0_pid1.pickle"
     script = textwrap.dedent(f"""
         import sys
-        from memsnap_magic.snapshot import dump_snapshot
+        from memsnap_magic.files.snapshot import dump_snapshot
         entry = {{"action": "alloc", "addr": 1, "size": 8, "stream": 0, "time_us": 0,
                   "frames": [{{"filename": "x" * 200, "line": 1, "name": "f"}}] * 4}}
         snap = {{"segments": [], "device_traces": [[dict(entry, addr=i) for i in range(1_500_000)]]}}
@@ -102,7 +102,7 @@ def test_two_kernels_writing_to_one_folder_keep_both_files(tmp_path):
 
 
 def test_snapshot_that_cannot_be_taken_never_fails_the_cell(shell, monkeypatch):
-    from memsnap_magic.backends.cpu import CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
 
     def broken(self, *mark):
         raise RuntimeError("profiler went away")
@@ -130,7 +130,7 @@ def test_a_running_torch_profiler_is_left_alone(shell):
 
 
 def test_recording_that_fails_to_start_leaves_the_cell_running(shell, monkeypatch):
-    from memsnap_magic.backends.cpu import CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
 
     def broken(self, **kwargs):
         raise RuntimeError("kineto is unhappy")
@@ -146,14 +146,14 @@ def test_recording_that_fails_to_start_leaves_the_cell_running(shell, monkeypatc
 
 def test_a_dashboard_that_fails_to_redraw_does_not_fail_the_cell(shell, monkeypatch):
     import memsnap_magic
-    from memsnap_magic import widget
+    from memsnap_magic.views import dashboard as widget
 
     dash = memsnap_magic.dashboard()
 
     def broken(*args, **kwargs):
         raise ValueError("no fonts today")
 
-    monkeypatch.setattr(widget.plots, "overview_figure", broken)
+    monkeypatch.setattr(widget.charts, "overview_figure", broken)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = shell.run_cell("%%memsnap device=cpu\nv = 1\nraise KeyError('mine')")
@@ -209,8 +209,8 @@ def test_off_stops_a_clear_false_recording_for_real(shell):
 
 
 def test_a_second_interrupt_while_dumping_keeps_the_cells_outcome(shell, monkeypatch):
-    import memsnap_magic.recorder as recorder_module
-    import memsnap_magic.snapshot as snapshot_module
+    import memsnap_magic.files.snapshot as snapshot_module
+    import memsnap_magic.recording.recorder as recorder_module
 
     real = snapshot_module.dump_snapshot
     calls = []
@@ -241,7 +241,7 @@ def test_a_second_interrupt_while_dumping_keeps_the_cells_outcome(shell, monkeyp
 def test_an_interrupt_handing_the_snapshot_to_a_busy_writer_leaves_no_path(shell, monkeypatch):
     """The hand-over blocks while the write before is pending: a Ctrl-C there writes no file,
     and the interval, already in the session, says so (``path=None``)."""
-    from memsnap_magic.writer import WRITER
+    from memsnap_magic.files.writer import WRITER
 
     def busy(job, what, where=None):
         raise KeyboardInterrupt  # the user's Ctrl-C while the queue is full
@@ -306,7 +306,7 @@ def test_an_exception_that_refuses_attributes_reaches_the_user_as_it_is(shell, c
 
 
 def test_an_interrupt_while_recording_starts_shows_none_of_our_frames(shell, monkeypatch, capsys):
-    from memsnap_magic.recorder import Recorder
+    from memsnap_magic.recording.recorder import Recorder
 
     def interrupted(self, *args):
         raise KeyboardInterrupt  # as a Ctrl-C while the first cell imports torch
@@ -329,7 +329,7 @@ def test_an_interrupt_while_recording_starts_shows_none_of_our_frames(shell, mon
     ids=["non-ASCII", "spaces", "too long"],
 )
 def test_any_exception_name_makes_a_file_that_loads(shell, define, written):
-    from memsnap_magic.scan import read_intervals
+    from memsnap_magic.results.scan import read_intervals
 
     shell.run_cell(define)
     res = shell.run_cell("%%memsnap device=cpu\nraise E('mine')")
@@ -386,7 +386,7 @@ def test_two_processes_with_one_pid_keep_both_files(tmp_path):
 def test_the_namespace_walk_stops_at_its_limit():
     import torch
 
-    from memsnap_magic.backends.live_tensors import live_storages
+    from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
 
     pulled = []
 
@@ -407,7 +407,7 @@ def test_the_namespace_walk_stops_at_its_limit():
 def test_a_models_tensors_and_modules_are_charged_to_the_walk_not_their_other_attributes():
     import torch
 
-    from memsnap_magic.backends.live_tensors import live_storages
+    from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
 
     # the list, its 40 layers and their 80 tensors: 121, whatever else the layers hold (each
     # Linear keeps in_features, out_features and torch's own bookkeeping too)
@@ -418,8 +418,8 @@ def test_a_models_tensors_and_modules_are_charged_to_the_walk_not_their_other_at
 def test_the_walk_reads_every_name_before_what_the_objects_hold(monkeypatch):
     import torch
 
-    from memsnap_magic.backends import live_tensors
-    from memsnap_magic.backends.live_tensors import live_storages
+    from memsnap_magic.recording.backends.cpu import live_tensors
+    from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
 
     x = torch.ones(1000, dtype=torch.float64)
 
@@ -456,7 +456,7 @@ def test_the_walk_finds_what_unusual_holders_keep_and_runs_none_of_their_code():
     import numpy as np
     import torch
 
-    from memsnap_magic.backends.live_tensors import live_storages
+    from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
 
     def ptr(t):
         return t.untyped_storage().data_ptr()
@@ -519,7 +519,7 @@ def test_the_walk_finds_what_unusual_holders_keep_and_runs_none_of_their_code():
             ran.append("values")
             return super().values()
 
-    from memsnap_magic.roles import training_objects
+    from memsnap_magic.recording.roles import training_objects
 
     model = torch.nn.Linear(2, 2)
     assert training_objects(Names(model=model)) == ([model], []) and ran == []
@@ -543,7 +543,7 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
 
 
 def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, capfd):
-    from memsnap_magic.backends.cpu import TAKEN_OVER
+    from memsnap_magic.recording.backends.cpu.backend import TAKEN_OVER
 
     shell.run_cell("import torch")
     res = shell.run_cell(
@@ -566,7 +566,7 @@ def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, ca
 
 
 def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatch):
-    from memsnap_magic.backends import cpu
+    from memsnap_magic.recording.backends.cpu import backend as cpu
 
     monkeypatch.setattr(cpu, "HUGE", 500)
     monkeypatch.setattr(cpu, "STACKS_HINT", 500)
@@ -592,7 +592,7 @@ def test_an_interrupt_in_mark_leaves_no_optimizer_hook_behind(tmp_path, monkeypa
     from torch.optim import optimizer as optimizers
 
     from memsnap_magic import Recorder, mark
-    from memsnap_magic.backends.cpu import CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
 
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -668,7 +668,7 @@ def test_stop_from_another_thread_leaves_the_cpu_recording_to_its_own_thread(tmp
         """
         import threading, warnings, torch
         from memsnap_magic import Recorder, session
-        from memsnap_magic.state import STATE
+        from memsnap_magic.recording.process_state import STATE
         warnings.simplefilter("always")
         r = Recorder(step=1, device="cpu", out="out", wait=True)
         r.start()
@@ -871,7 +871,7 @@ def test_a_recording_whose_thread_has_ended_is_given_up_cleanly(tmp_path, ending
         f"""
         import sys, threading, torch
         from memsnap_magic import Recorder, session
-        from memsnap_magic.state import STATE
+        from memsnap_magic.recording.process_state import STATE
         r = Recorder(step=1, device="cpu", out="out", wait=True)
         t = threading.Thread(target=r.start); t.start(); t.join()
         # stopped as the thread ended: PyTorch's tracer no longer hooks this thread's calls

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsnap_magic import session
-from memsnap_magic.findings import leaks, spikes
-from memsnap_magic.intervals import Interval
-from memsnap_magic.text import headline, step_list
+from memsnap_magic.results.findings import leaks, spikes
+from memsnap_magic.results.intervals import Interval
+from memsnap_magic.views.text import headline, step_list
 
 MiB = 1 << 20
 

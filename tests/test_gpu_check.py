@@ -115,7 +115,7 @@ def test_fixture_is_small_and_loads(dry_run):
 
 NEVER_CLEARS = """
 import runpy, sys
-from memsnap_magic.backends.cpu import CpuBackend
+from memsnap_magic.recording.backends.cpu.backend import CpuBackend
 
 begin, end = CpuBackend.begin, CpuBackend.end
 

@@ -17,8 +17,9 @@ import pytest
 from memory_viz import replay
 
 from memsnap_magic import load_snapshot, session, summarize
-from memsnap_magic.alive import alive_at
-from memsnap_magic.text import blocks_table, frame_lines, interval_table, why_no_frames
+from memsnap_magic.results.alive import alive_at
+from memsnap_magic.results.stacks import frame_lines
+from memsnap_magic.views.text import blocks_table, interval_table, why_no_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

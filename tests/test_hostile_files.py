@@ -27,7 +27,7 @@ from snapshots import alloc, free, snapshot, value_paths
 
 from memsnap_magic import SnapshotError, load_snapshot, session
 from memsnap_magic.cli import main
-from memsnap_magic.snapshot import dump_snapshot
+from memsnap_magic.files.snapshot import dump_snapshot
 
 ENTRY = {"action": "alloc", "addr": 16, "size": 64, "stream": 0, "time_us": 1}
 CHILD_TIMEOUT = 120  # a hang guard, far above the ~1 s these take: never a speed assertion
@@ -166,7 +166,7 @@ def test_fields_the_analysis_reads_are_checked(tmp_path, mutate, words):
     mutate(snap)
     path = write(tmp_path, snap)
     with pytest.raises(SnapshotError, match=r"attack\.pickle") as info:
-        from memsnap_magic.scan import read_interval
+        from memsnap_magic.results.scan import read_interval
 
         read_interval(path, 1)
     assert words in str(info.value) and "\n" not in str(info.value) and "\x1b" not in str(info.value)
@@ -180,10 +180,10 @@ def test_fields_the_analysis_reads_are_checked(tmp_path, mutate, words):
 def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
     # only the rows people see read frames, only the plot reads times: there, not at load, a
     # file's odd values become "?" (frames) or missing (times)
-    from memsnap_magic.plots import detail_figure, png
-    from memsnap_magic.readable import site_bytes
-    from memsnap_magic.scan import read_interval
-    from memsnap_magic.text import blocks_table
+    from memsnap_magic.results.scan import read_interval
+    from memsnap_magic.results.stacks import site_bytes
+    from memsnap_magic.views.charts import detail_figure, png
+    from memsnap_magic.views.text import blocks_table
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
     snap["device_traces"][0][0].update(frames=frames, time_us=time_us)
@@ -196,7 +196,7 @@ def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
 
 
 def test_sums_written_as_none_are_read_as_absent(tmp_path):
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.results.scan import read_interval
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
     seg = snap["segments"][0]
@@ -357,9 +357,9 @@ _VALUES = st.one_of(_LEAVES, st.tuples(st.just("ref"), st.sampled_from(_BASE_PAT
 @example([(("device_traces", 0, 0, "frames", 0), ("ref", ("device_traces", 0, 1, "frames")))])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
-    from memsnap_magic.scan import read_interval
-    from memsnap_magic.session_state import Session
-    from memsnap_magic.text import blocks_table, describe, interval_table
+    from memsnap_magic.results.scan import read_interval
+    from memsnap_magic.results.session import Session
+    from memsnap_magic.views.text import blocks_table, describe, interval_table
 
     snap = _base()
     shared: list = []
@@ -435,8 +435,8 @@ def test_categories_of_any_kind_are_summarised_drawn_and_cached(tmp_path, catego
 
 
 def test_many_categories_are_named_up_to_a_limit(tmp_path):
-    from memsnap_magic.categories import OTHER_NAMES
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.results.labels import OTHER_NAMES
+    from memsnap_magic.results.scan import read_interval
 
     file = write(tmp_path, _blocks_with(lambda i: [], 1500, lambda i: f"kind{i}"))
     iv = read_interval(file, 1)
@@ -470,8 +470,8 @@ def _deep_recursion(blocks: int):
     ids=["a frame repeated", "a huge filename", "deep recursion"],
 )
 def test_stacks_that_amplify_are_read_within_bounds(tmp_path, build, blocks):
-    from memsnap_magic.readable import FRAMES_LIMIT, TEXT_LIMIT
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.results.scan import read_interval
+    from memsnap_magic.results.stacks import FRAMES_LIMIT, TEXT_LIMIT
 
     file = write(tmp_path, build(blocks))
     assert file.stat().st_size < 4 << 20
@@ -511,8 +511,8 @@ def test_file_names_with_any_digits_are_ordered(tmp_path):
 
 
 def test_a_summary_that_is_not_ours_to_print_is_ignored(tmp_path):
-    from memsnap_magic import summaries
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.files import summaries
+    from memsnap_magic.results.scan import read_interval
 
     snap = _blocks_with(lambda i: [{"filename": "/src/train.py", "line": 9, "name": "step"}], 1)
     snap["memsnap"] = {"step": 1, "rank": 0, "device": "cpu", "tag": "t", "error": None}
@@ -531,7 +531,7 @@ def test_a_summary_that_is_not_ours_to_print_is_ignored(tmp_path):
 
 
 def test_a_folder_in_place_of_a_summary_holds_no_file_open(tmp_path):
-    from memsnap_magic import summaries
+    from memsnap_magic.files import summaries
 
     file = write(tmp_path, _blocks_with(lambda i: [], 1), "x_rank0.pickle")
     summaries.beside(file).mkdir()
@@ -544,7 +544,7 @@ def test_a_folder_in_place_of_a_summary_holds_no_file_open(tmp_path):
 
 
 def test_sums_up_to_what_a_file_may_hold_are_cached_and_read_back(tmp_path):
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.results.scan import read_interval
 
     big = 1 << 48  # the largest block; 8,192 frees of them sum to the schema's limit
     trace = [
@@ -641,7 +641,7 @@ def test_a_key_nested_deeper_than_a_thread_stack_does_not_kill_the_process(tmp_p
 
 def test_categories_that_are_not_text_are_never_hashed():
     # as dict keys, values that hash alike cost quadratic time (40k ints: 30 s), deep ones a crash
-    from memsnap_magic.categories import totals
+    from memsnap_magic.results.labels import totals
 
     hashed = []
 
@@ -690,8 +690,8 @@ def test_a_snapshot_error_is_one_short_printable_line_whatever_the_path(tmp_path
 def test_a_frame_shared_by_many_stacks_is_read_once(tmp_path, monkeypatch):
     # 2,000 blocks, each its own 128-item list of one frame with a 1 MB filename: read per
     # reference, this was 47 s for a 4 MB file
-    from memsnap_magic import readable
-    from memsnap_magic.scan import read_interval
+    from memsnap_magic.results import stacks as readable
+    from memsnap_magic.results.scan import read_interval
 
     frame = {"filename": "/" * (1 << 20), "line": 1, "name": "n"}
     file = write(tmp_path, _blocks_with(lambda i: [frame] * 128, 2000))

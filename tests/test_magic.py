@@ -14,8 +14,8 @@ from IPython.core.error import UsageError
 
 import memsnap_magic
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.layout import process_token
-from memsnap_magic.state import STATE
+from memsnap_magic.files.layout import process_token
+from memsnap_magic.recording.process_state import STATE
 
 MiB = 1 << 20
 
@@ -120,7 +120,7 @@ def test_files_go_where_out_named_when_the_cell_began_whatever_the_cell_does_wit
 
 def test_a_full_ring_is_said_wherever_the_step_is_shown(torch_ns, capsys, tmp_path):
     from memsnap_magic.cli import main
-    from memsnap_magic.widget import Dashboard
+    from memsnap_magic.views.dashboard import Dashboard
 
     sh = torch_ns
     run(sh, "%%memsnap step=1 max_entries=10\nxs = [torch.ones(2**10) for _ in range(20)]")
@@ -379,7 +379,7 @@ def test_no_default_step_past_the_highest_a_file_can_hold(torch_ns):
     wait_for_writes()
     assert [iv.step for iv in session().intervals] == [2147483647, 1]
     assert sorted(p.parent.name for p in Path("memsnap").rglob("*.pickle")) == ["step1", "step2147483647"]
-    from memsnap_magic.scan import read_intervals
+    from memsnap_magic.results.scan import read_intervals
 
     read = read_intervals([Path("memsnap")])  # and read back: the step its folder names
     assert sorted((iv.step, iv.run) for iv in read) == [(1, "other"), (2147483647, "memsnap")]
@@ -521,8 +521,8 @@ def test_summary_line_says_when_an_accelerator_saw_no_allocation():
     # an empty snapshot, and the line says why rather than reporting a bare "0 entries".
     from dataclasses import replace
 
-    from memsnap_magic.intervals import Interval
-    from memsnap_magic.text import describe
+    from memsnap_magic.results.intervals import Interval
+    from memsnap_magic.views.text import describe
 
     iv = Interval(
         step=1,
@@ -597,7 +597,7 @@ def test_line_magic_commands(shell, capsys):
 
 def test_help_documents_every_option(shell):
     doc = shell.find_cell_magic("memsnap").__doc__
-    for key in memsnap_magic.options.OPTIONS:
+    for key in memsnap_magic.recording.options.OPTIONS:
         assert f"{key}=" in doc
     assert "e.g. step=5" in doc
 
@@ -605,7 +605,7 @@ def test_help_documents_every_option(shell):
 def test_reload_leaves_one_magic_and_no_recording(shell):
     shell.run_cell("%%memsnap clear=false\nq = 1")
     shell.run_line_magic("reload_ext", "memsnap_magic")
-    from memsnap_magic.execute import SyntaxCheck
+    from memsnap_magic.ipython.execute import SyntaxCheck
 
     assert sum(isinstance(t, SyntaxCheck) for t in shell.input_transformers_cleanup) == 1
     assert STATE.recording_devices() == []
@@ -674,7 +674,7 @@ def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
 
 
 def test_the_newest_interval_is_reachable_without_the_namespace(torch_ns):
-    from memsnap_magic.intervals import Interval
+    from memsnap_magic.results.intervals import Interval
 
     sh = torch_ns
     run(sh, "%%memsnap step=2\na = torch.empty(2**20, dtype=torch.uint8)")
@@ -687,7 +687,7 @@ def test_the_newest_interval_is_reachable_without_the_namespace(torch_ns):
 
 
 def test_line_commands_help_and_errors_come_from_one_table(shell):
-    from memsnap_magic.magic import COMMANDS
+    from memsnap_magic.ipython.magic import COMMANDS
 
     doc = shell.find_line_magic("memsnap").__doc__
     for command in COMMANDS.values():
@@ -699,7 +699,7 @@ def test_line_commands_help_and_errors_come_from_one_table(shell):
 
 @pytest.mark.parametrize("line", ["", "help"])
 def test_memsnap_alone_or_help_lists_the_commands(shell, capsys, line):
-    from memsnap_magic.magic import COMMANDS
+    from memsnap_magic.ipython.magic import COMMANDS
 
     shell.run_line_magic("memsnap", line)
     out = capsys.readouterr().out
@@ -721,7 +721,7 @@ def test_config_shows_the_defaults_as_options_take_them(shell, capsys):
 
 
 def test_out_through_a_link_and_up_goes_where_the_link_leads(torch_ns, tmp_path):
-    from memsnap_magic.text import shown_path
+    from memsnap_magic.core.names import shown_path
 
     (tmp_path / "real" / "sub").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")

@@ -153,7 +153,7 @@ def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):
 def test_a_real_kernel_loads_a_folder_over_worker_processes_and_reads_its_own_files(tmp_path):
     """In ipykernel: %memsnap load spreads a cold folder over worker processes (forkserver from
     a kernel), and a cell right after a %%memsnap cell finds that cell's file whole."""
-    from memsnap_magic.snapshot import dump_snapshot
+    from memsnap_magic.files.snapshot import dump_snapshot
 
     for step in (1, 2):
         for rank in (0, 1):
@@ -161,7 +161,7 @@ def test_a_real_kernel_loads_a_folder_over_worker_processes_and_reads_its_own_fi
             snap.pop("memsnap")
             dump_snapshot(snap, tmp_path / "profile" / f"step{step}" / f"torch_memory_rank{rank}.pickle")
     cells = [
-        "%load_ext memsnap_magic\nimport memsnap_magic, memsnap_magic.scan as scan\nscan.PARALLEL_BYTES = 0\n"
+        "%load_ext memsnap_magic\nimport memsnap_magic, memsnap_magic.results.scan as scan\nscan.PARALLEL_BYTES = 0\n"
         "used = []\nreal = scan._digests\n"
         "scan._digests = lambda files, jobs, bar: (used.append(jobs), real(files, jobs, bar))[1]",
         "%memsnap load profile as=verl",
@@ -184,7 +184,7 @@ def test_a_real_kernel_numbers_recorded_cells_as_it_numbers_them(tmp_path):
     a %%memsnap cell still name the cell by the number beside it."""
     cells = [
         "%load_ext memsnap_magic\nimport torch\nfrom memsnap_magic import session\n"
-        "from memsnap_magic.text import frame_lines",
+        "from memsnap_magic.results.stacks import frame_lines",
         "def grow():\n    return torch.ones(2**20)",
         "%%memsnap device=cpu step=1\nkeep = grow()\nraise ValueError('boom')",
         "print(frame_lines(session().last.top_blocks[0]['frames']))",

@@ -13,12 +13,12 @@ from snapshots import alloc, free, snapshot
 from test_widget import interval
 
 from memsnap_magic import session
-from memsnap_magic.intervals import interval_from_snapshot
-from memsnap_magic.scan import read_run
-from memsnap_magic.session_state import Session
-from memsnap_magic.snapshot import load_snapshot
-from memsnap_magic.text import describe, oom_report
-from memsnap_magic.widget import Dashboard
+from memsnap_magic.files.snapshot import load_snapshot
+from memsnap_magic.results.intervals import interval_from_snapshot
+from memsnap_magic.results.scan import read_run
+from memsnap_magic.results.session import Session
+from memsnap_magic.views.dashboard import Dashboard
+from memsnap_magic.views.text import describe, oom_report
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsnap_magic import session, wait_for_writes
-from memsnap_magic.options import OPTIONS, OptionError, help_text, parse, parse_given, split_line
+from memsnap_magic.recording.options import OPTIONS, OptionError, help_text, parse, parse_given, split_line
 
 
 def test_defaults_and_values():
@@ -86,7 +86,7 @@ def test_a_recorder_takes_any_mapping_as_its_namespace(tmp_path):
 def test_recorder_keywords_are_converted_directly():
     from pathlib import Path
 
-    from memsnap_magic.options import DEFAULTS, Options, from_keywords
+    from memsnap_magic.recording.options import DEFAULTS, Options, from_keywords
 
     o = from_keywords(step=3, out=Path("runs") / "mem", steps=None, rank=None, clear=False)
     assert o == Options(step=3, out="runs/mem", clear=False)
@@ -124,7 +124,7 @@ def test_rules_between_options_hold_over_session_defaults():
 
 
 def test_usage_line_names_every_option():
-    from memsnap_magic.options import usage
+    from memsnap_magic.recording.options import usage
 
     text = usage()
     assert text.startswith("%%memsnap [step=N] [steps=1,5,10]")

@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from test_widget import MiB, interval
 
-from memsnap_magic import canvas, plots
+from memsnap_magic.views import canvas
+from memsnap_magic.views import charts as plots
 
 
 def pixels(fig: Figure) -> np.ndarray:
@@ -244,7 +245,7 @@ def _area(path) -> float:
 def test_many_steps_draw_as_stepped_areas_holding_every_steps_height():
     """Past plotkit.DENSE steps, bars would alias into stripes: one stepped polygon per colour,
     whose area is the sum of the steps' heights (each step one unit wide)."""
-    from memsnap_magic.plotkit import DENSE
+    from memsnap_magic.views.chartkit import DENSE
 
     n = DENSE + 50
     ivs = [interval(s, 10 * MiB, (10 + s % 7) * MiB, (10 + (1 if s % 3 == 0 else -1)) * MiB) for s in range(1, n + 1)]

@@ -15,9 +15,9 @@ from test_widget import _png_point, _send, bars, interval
 
 from memsnap_magic import Recorder, dump_snapshot, load_snapshot, session, wait_for_writes
 from memsnap_magic.cli import main
-from memsnap_magic.scan import read_run
-from memsnap_magic.session_state import Session
-from memsnap_magic.widget import Dashboard
+from memsnap_magic.results.scan import read_run
+from memsnap_magic.results.session import Session
+from memsnap_magic.views.dashboard import Dashboard
 
 MiB = 1 << 20
 LEAK = "import torch\nkept.append(torch.ones({n} * 2**18))"  # keeps n MiB
@@ -194,7 +194,7 @@ def test_the_dashboard_compares_runs_step_by_step():
     assert "spike: step 5 rose +192.0 MiB" in d.header.value
     # the comparison reads earlier run -> later one whichever is selected: before -> after
     assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
-    from memsnap_magic.text import compare_runs
+    from memsnap_magic.views.text import compare_runs
 
     same = s.runs["after"].intervals
     assert compare_runs("again", same, "after", same) == (
@@ -390,8 +390,8 @@ def test_reset_stops_recording_and_numbering_goes_on_past_the_files_kept(shell, 
 
 
 def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
-    from memsnap_magic.findings import leaks
-    from memsnap_magic.text import headline
+    from memsnap_magic.results.findings import leaks
+    from memsnap_magic.views.text import headline
 
     shell.user_ns["kept"] = []
     shell.run_line_magic("memsnap", "config device=cpu")

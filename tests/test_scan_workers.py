@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from snapshots import alloc, free, snapshot
 
-from memsnap_magic import scan, session
+from memsnap_magic import session
 from memsnap_magic.cli import main
-from memsnap_magic.state import STATE
+from memsnap_magic.core import warn
+from memsnap_magic.results import scan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +84,7 @@ def test_the_cli_says_the_bound_on_one_line(tmp_path, monkeypatch, capsys, pools
     _step_files(tmp_path / "run", 3, 50)
     monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(scan, "default_jobs", lambda: 2)
-    monkeypatch.setattr(STATE, "warned", set())  # a fresh command's process: said once there too
+    monkeypatch.setattr(warn, "WARNED", set())  # a fresh command's process: said once there too
     assert main(["summarize", str(tmp_path / "run"), "--jobs", str(10**20)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"memsnap: {10**20} reading processes asked for; 2 used, one per core this process may run on"]

@@ -5,7 +5,7 @@ import pytest
 from snapshots import alloc, snapshot
 
 from memsnap_magic import SnapshotError, load_snapshot
-from memsnap_magic.snapshot import dump_snapshot
+from memsnap_magic.files.snapshot import dump_snapshot
 
 
 def test_round_trip_protocol_4_builtins_only(tmp_path):
@@ -137,7 +137,7 @@ def test_corrupted_files_raise_only_snapshot_error(tmp_path, flips, cut):
     ],
 )
 def test_the_path_names_step_rank_and_tag_as_verl_writes_them(path, step, rank, tag):
-    from memsnap_magic.layout import PathInfo, parse_path
+    from memsnap_magic.files.layout import PathInfo, parse_path
 
     assert parse_path(path) == PathInfo(step=step, rank=rank, tag=tag)
 
@@ -147,7 +147,7 @@ def test_meta_block_holds_every_field_and_copies_what_can_change():
     and changing the block never changes the ``Meta`` it came from."""
     import dataclasses
 
-    from memsnap_magic.layout import _RULES, META_KEY, Meta
+    from memsnap_magic.files.layout import _RULES, META_KEY, Meta
 
     meta = Meta(
         step=3,

@@ -17,15 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from snapshots import value_paths
 
-from memsnap_magic import intervals, scan, summaries, wait_for_writes
-from memsnap_magic import snapshot as snapshot_module
-from memsnap_magic.backends.cpu_history import _segment
+from memsnap_magic import wait_for_writes
 from memsnap_magic.cli import main
-from memsnap_magic.recorder import Recorder
-from memsnap_magic.scan import read_intervals
-from memsnap_magic.snapshot import SnapshotError, dump_snapshot, load_snapshot
-from memsnap_magic.state import STATE
-from memsnap_magic.text import blocks_table, describe, interval_table
+from memsnap_magic.core.errors import SnapshotError
+from memsnap_magic.files import snapshot as snapshot_module
+from memsnap_magic.files import summaries
+from memsnap_magic.files.snapshot import dump_snapshot, load_snapshot
+from memsnap_magic.recording.backends.cpu.history import _segment
+from memsnap_magic.recording.process_state import STATE
+from memsnap_magic.recording.recorder import Recorder
+from memsnap_magic.results import intervals, scan
+from memsnap_magic.results.scan import read_intervals
+from memsnap_magic.views.text import blocks_table, describe, interval_table
 
 DATA = Path(__file__).parent / "data"
 
@@ -356,7 +359,7 @@ def test_parallel_scan_names_cells_and_warns_as_a_serial_scan_does(tmp_path, sum
     """Workers knew neither the kernel's cell numbers (a site read `notebook cell <hash>:13`
     there, `cell In[4]:13` here, and whichever came first was cached) nor the CLI's one-line
     warnings (each worker printed its own, in Python's two-line form)."""
-    from memsnap_magic import readable
+    from memsnap_magic.results import stacks as readable
 
     cell = "/tmp/ipykernel_4242/3196435227.py"
     for n in (1, 2, 3):

@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.readable import keep_user_frames, user_frames
-from memsnap_magic.recorder import write_files
+from memsnap_magic.recording.recorder import write_files
+from memsnap_magic.results.stacks import keep_user_frames, user_frames
 
 DATA = Path(__file__).parent / "data"
 SHELL_PARTS = ("/IPython/", "/ipykernel/", "/asyncio/", "/memsnap_magic/", "/_pytest/", "/pluggy/", "runpy")
@@ -79,8 +79,8 @@ def test_an_accelerators_stacks_are_cut_before_the_dump_and_stay_shared(tmp_path
 
 
 def test_the_written_file_is_the_cut_one_and_its_summary_says_the_same(tmp_path):
-    from memsnap_magic.intervals import digest, interval_from_digest
-    from memsnap_magic.scan import read_run
+    from memsnap_magic.results.intervals import digest, interval_from_digest
+    from memsnap_magic.results.scan import read_run
 
     snap = load_snapshot(DATA / "cuda_step_raw_stacks.pickle")
     d = digest(copy.deepcopy(snap))  # the summary is made before the cut, as the recorder makes it

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memsnap_magic.intervals import Interval
-from memsnap_magic.plots import AT_START, NEVER_CLEARED, THIS_STEP
-from memsnap_magic.session_state import Session
-from memsnap_magic.text import blocks_table, frame_lines
-from memsnap_magic.widget import Dashboard
+from memsnap_magic.results.intervals import Interval
+from memsnap_magic.results.session import Session
+from memsnap_magic.results.stacks import frame_lines
+from memsnap_magic.views.charts import AT_START, NEVER_CLEARED, THIS_STEP
+from memsnap_magic.views.dashboard import Dashboard
+from memsnap_magic.views.text import blocks_table
 
 MiB = 1 << 20
 
@@ -87,8 +88,8 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
 
 
 def test_view_control_changes_the_series_drawn(session):
-    from memsnap_magic.plots import VIEW_TITLES
-    from memsnap_magic.widget import CUMULATIVE_MEANS
+    from memsnap_magic.views.charts import VIEW_TITLES
+    from memsnap_magic.views.dashboard import CUMULATIVE_MEANS
 
     d = Dashboard(session)
     assert d.view.value == "interval"  # the per-step story first; never cleared one click away
@@ -265,7 +266,7 @@ def test_following_the_newest_means_the_step_recorded_last_not_the_highest(sessi
 
 
 def test_blocks_are_dated_by_the_steps_recorded_before_not_the_lower_steps():
-    from memsnap_magic.widget import recorded_before
+    from memsnap_magic.views.dashboard import recorded_before
 
     one, twelve, fifteen, other = (interval(n, 0, MiB, 0) for n in (1, 12, 15, 15))
     for iv, end in ((one, 100), (fifteen, 200), (twelve, 300), (other, 50)):
@@ -340,7 +341,7 @@ def test_a_dashboard_redraws_once_for_a_load_not_once_per_file(session, monkeypa
 def _png_point(fig, ax, x, y):
     """Where data point (x, y) of ``ax`` lies in the figure's PNG, in its pixels (as ipyevents'
     dataX/dataY report it for an Image widget, whatever size the page shows it at)."""
-    from memsnap_magic.plotkit import SCALE
+    from memsnap_magic.views.chartkit import SCALE
 
     px, py = ax.transData.transform((x, y))
     return px * SCALE, (fig.bbox.height - py) * SCALE
@@ -397,7 +398,7 @@ def test_a_superseded_dashboard_stops_listening_to_the_pointer(session):
 
 @given(st.integers(-(2**50), 2**50))
 def test_bytes_read_as_a_number_under_1000_of_their_unit(n):
-    from memsnap_magic.text import fmt_bytes
+    from memsnap_magic.views.text import fmt_bytes
 
     number, unit = fmt_bytes(n).lstrip("-").split()
     assert float(number) < 1000 or unit == "TiB"
@@ -406,7 +407,7 @@ def test_bytes_read_as_a_number_under_1000_of_their_unit(n):
 
 
 def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
-    from memsnap_magic.text import fmt_bytes
+    from memsnap_magic.views.text import fmt_bytes
 
     assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(999) == "999 B" and fmt_bytes(1024) == "1.0 KiB"
     # never four digits before the point: a thousand of a unit read as a typo of the next one
@@ -418,7 +419,7 @@ def test_one_step_under_two_tags_is_told_apart(session):
         iv = interval(4, 0, MiB, 0)
         iv.tag = tag
         session.add(iv)
-    from memsnap_magic.text import interval_table
+    from memsnap_magic.views.text import interval_table
 
     rows = interval_table(session.intervals).splitlines()
     assert rows[0].split()[:4] == ["step", "rank", "device", "tag"]
@@ -445,7 +446,7 @@ def test_the_interval_table_lines_up_under_wide_run_names():
     import re
     from unicodedata import east_asian_width
 
-    from memsnap_magic.text import interval_table
+    from memsnap_magic.views.text import interval_table
 
     wide, narrow = interval(1, MiB, 2 * MiB, MiB), interval(2, MiB, 3 * MiB, MiB)
     wide.run, narrow.run = "日本", "abcdefg"
@@ -469,7 +470,7 @@ def _one_step(step, base, values, t0=0):
     ids=["one allocation", "a free at once", "frees only", "rise and fall"],
 )
 def test_a_steps_timeline_starts_at_its_start_and_marks_its_peak_on_the_line(base, values):
-    from memsnap_magic import plots
+    from memsnap_magic.views import charts as plots
 
     iv = _one_step(4, base, values)
     ax = plots.detail_figure(iv).axes[0]

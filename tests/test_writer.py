@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import memsnap_magic.snapshot as snapshot_module
-from memsnap_magic import session, summaries, wait_for_writes
-from memsnap_magic.recorder import Recorder
-from memsnap_magic.snapshot import load_snapshot
+import memsnap_magic.files.snapshot as snapshot_module
+from memsnap_magic import session, wait_for_writes
+from memsnap_magic.files import summaries
+from memsnap_magic.files.snapshot import load_snapshot
+from memsnap_magic.recording.recorder import Recorder
 
 SLOW = 0.4  # seconds each write takes here: long enough that a reader who does not wait misses it
 
@@ -85,7 +86,7 @@ def test_writes_keep_their_order_and_a_rerun_step_ends_with_the_last(tmp_path, s
 
 
 def summaries_read(path: Path):
-    from memsnap_magic.scan import read_intervals
+    from memsnap_magic.results.scan import read_intervals
 
     return read_intervals([path])
 
@@ -111,7 +112,7 @@ def test_interpreter_exit_waits_for_the_last_write(tmp_path):
     script = textwrap.dedent(
         """
         import time, torch
-        import memsnap_magic.snapshot as s
+        import memsnap_magic.files.snapshot as s
         from memsnap_magic import Recorder
         real = s.dump_snapshot
         def slow(snap, path):
@@ -139,7 +140,7 @@ def test_a_forked_worker_waits_for_its_writes_as_it_ends(tmp_path):
 
         def worker(out):
             import time, torch
-            import memsnap_magic.snapshot as s
+            import memsnap_magic.files.snapshot as s
             from memsnap_magic import Recorder
             real = s.dump_snapshot
             def slow(snap, path):
@@ -172,7 +173,7 @@ def test_a_deleted_current_directory_costs_only_the_relative_write(tmp_path):
         f"""
         import os, torch
         from memsnap_magic import Recorder, session
-        from memsnap_magic.text import interval_table
+        from memsnap_magic.views.text import interval_table
         os.rmdir({str(gone)!r})
         for step, out in ((1, {str(tmp_path / "abs")!r}), (2, "relative")):
             with Recorder(step=step, device="cpu", context="none", out=out, wait=True):

@@ -7,7 +7,7 @@ import threading
 import time
 
 from memsnap_magic import session, wait_for_writes
-from memsnap_magic.writer import HOLD_S, Writer
+from memsnap_magic.files.writer import HOLD_S, Writer
 
 
 def test_a_held_job_starts_at_the_release():
@@ -35,7 +35,8 @@ def test_a_hold_nobody_releases_lapses_and_a_wait_releases_it():
 
 
 def test_a_cells_file_is_written_after_the_cell(cpu, monkeypatch):
-    from memsnap_magic import _after_cell, recorder
+    from memsnap_magic import _after_cell
+    from memsnap_magic.recording import recorder
 
     order = []
     real = recorder.write_files

@@ -1,0 +1,123 @@
+"""The background writer: snapshot files (and their summaries) written off the cell's critical path.
+
+After a cell the user waits only for what the figures need: taking the snapshot, summarising
+it, clearing the history. Writing the pickle and its summary (``recorder.write_files``) is a job
+for one daemon thread, run in the order handed over, at most ``PENDING`` waiting at a time (each
+holds a snapshot in memory). It imports nothing of ours but ``notice``, so the loader can wait on
+it.
+``wait()`` blocks until everything handed over is on disk and says what could not be written;
+the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
+on a normal exit and a user's next cell never races our write. A write that fails leaves its
+interval with ``path=None`` and becomes one warning at the next ``wait()``. A hard kill can lose
+what is still pending: the newest file or two. A multiprocessing worker waits as it ends (its
+``os._exit`` runs no ``atexit`` handler, so multiprocessing's own exit finalizers do it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import sys
+import threading
+from typing import Callable
+
+from ..core.warn import blamed, warn
+
+PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
+HOLD_S = 1.0  # the longest a hold keeps a job from starting (a cell whose end no event tells)
+Job = Callable[[], "str | None"]  # writes something; returns what went wrong, in one line, or None
+Where = "tuple[str, int] | None"  # the line a failure is said at: the block's that recorded it
+
+
+class Writer:
+    """One daemon thread running write jobs in the order handed over."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Job, str, Where]] = queue.Queue(PENDING)
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self._failures: list[tuple[str, Where]] = []
+        self._go = threading.Event()  # cleared by hold(): jobs wait for the cell to end
+        self._go.set()
+
+    def hold(self) -> None:
+        """Start no job until ``release()`` (at most ``HOLD_S``): the rest of the user's cell runs
+        without a write sharing the interpreter with it (it held it for up to 5 ms at a time)."""
+        self._go.clear()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def submit(self, job: Job, what: str, where: Where = None) -> None:
+        """Run ``job`` (which writes ``what``) in the background, after the jobs before it;
+        blocks while ``PENDING`` jobs already wait. A failure is said at ``where``."""
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                # none yet, or a fork's copy of ours (threads do not survive a fork)
+                self._queue = queue.Queue(PENDING)
+                self._thread = threading.Thread(target=self._run, name="memsnap-writer", daemon=True)
+                self._pid = os.getpid()
+                self._thread.start()
+                _wait_when_a_worker_ends(self)
+        self._queue.put((job, what, where))
+
+    def wait(self) -> None:
+        """Block until every job handed over is done; warn once about each that failed.
+        Costs nothing when there is nothing to wait for (before every cell, every load)."""
+        self.release()
+        if self._thread is not None and self._pid == os.getpid():
+            self._queue.join()
+        self._say(ours_first=False)
+
+    def report(self) -> None:
+        """Say what failed so far, without waiting (a script's next block: the writes of the
+        one before go on while it runs)."""
+        self._say(ours_first=True)
+
+    def _say(self, ours_first: bool) -> None:
+        """One warning per failed job, at the line of the block that recorded it, unless the
+        caller blames another place (a notebook's next cell says it from the background)."""
+        with self._lock:
+            failures, self._failures = self._failures, []
+        for message, where in failures:
+            warn(message, stacklevel=4, where=where if ours_first or blamed() is None else None)
+
+    def _run(self) -> None:
+        while True:
+            job, what, where = self._queue.get()
+            self._go.wait(HOLD_S)
+            message = None
+            try:
+                message = job()
+            except BaseException as e:  # the thread outlives anything, or wait() would block forever
+                message = f"memsnap: could not write {what}: {type(e).__name__}: {e}"
+            finally:
+                del job  # what it holds (a snapshot) is freed once written, not when the next comes
+                if message is not None:  # before the job counts as done: a wait() then sees it
+                    with self._lock:
+                        self._failures.append((message, where))
+                self._queue.task_done()
+
+
+def _wait_when_a_worker_ends(writer: Writer) -> None:
+    """A multiprocessing worker (forked, Linux's default) ends through ``os._exit``, which runs
+    no ``atexit`` handler: its exit runs multiprocessing's finalizers instead."""
+    util = sys.modules.get("multiprocessing.util")  # a worker has it; nothing is imported for it
+    if util is not None:
+        util.Finalize(None, writer.wait, exitpriority=100)
+
+
+WRITER = Writer()
+atexit.register(WRITER.wait)
+
+
+def wait_for_writes() -> None:
+    """Block until every snapshot recorded so far is on disk; warn about any that could not be
+    written (``wait=true`` does this per cell).
+
+    In IPython every cell starts by waiting; ``%memsnap`` commands, ``load_snapshot``, the
+    folder readers and interpreter exit wait too. Code that opens its own dumps another way
+    (``open``, a viewer) calls this first."""
+    WRITER.wait()

@@ -1,0 +1,2 @@
+"""The IPython front end: ``%load_ext``, ``%%memsnap`` and ``%memsnap``, a cell body run as
+IPython runs a cell."""

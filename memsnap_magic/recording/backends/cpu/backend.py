@@ -1,0 +1,727 @@
+"""CPU: an allocation history built from the profiler's raw memory events.
+
+PyTorch has no history recorder for CPU tensors. ``profile_memory=True`` makes the CPU allocator
+report every allocation and free while the profiler runs, with only the user scope enabled (a
+training step costs ~1.1x; a loop of tiny tensors ~10x, all of it the profiler's, and ~2 KB of
+memory per event until the session ends). ``cpu_history`` turns the events into
+``alloc``/``free_requested``/``free_completed`` entries and the blocks live at the end into
+segments, so the analysis and memory_viz read CPU dumps like CUDA ones.
+
+What the profiler cannot see is corrected from the tensors reachable from the user's namespace,
+walked at the interval's start and end (a few ms, unlike a full ``gc.get_objects()`` walk):
+- they form the baseline (blocks live at the start), which the profiler never saw allocated;
+- one of them gone at the end was freed silently (the allocator reports no free for blocks
+  allocated while profiling was off). Its free is placed when its storage died (a weak
+  reference's callback, on the profiler's clock), or just before the first allocation reusing
+  any of its bytes, else at the interval's end: the peak is then an upper bound, and says so.
+Tensors reachable only from elsewhere (closures, autograd graphs of unnamed results) stay invisible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Callable
+
+from ....core.nogc import no_gc
+from ....core.warn import warn_once
+from ...options import DEFAULTS
+from ...process_state import STATE
+from ..base import Backend, BackendError, Names
+from .history import STACK_BYTES, History, check_instants
+from .live_tensors import Watch, live_storages
+
+if TYPE_CHECKING:
+    from ...options import Options
+
+# torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
+TESTED_TORCH = ("2.13", "2.14")
+# Below this it is refused: torch 2.1's profiler crashed the process under it (a segfault in
+# ending a session), and a storage's Python object there does not live as long as the storage.
+OLDEST_TORCH = (2, 5)
+
+
+@contextlib.contextmanager
+def _stderr_caught() -> Iterator[Callable[[], list[bytes]]]:
+    """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out.
+    Left alone where the process has no stderr (``sys.stderr`` None: descriptor 2 was closed at
+    start, and may be another file's now) or descriptor 2 is closed."""
+    lines: list[bytes] = []
+    try:
+        if sys.stderr is None:
+            raise OSError("no stderr")
+        saved = os.dup(2)
+    except OSError:
+        yield lambda: lines
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    spool = _spool()
+    os.dup2(spool, 2)
+    try:
+        yield lambda: lines
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        with contextlib.suppress(OSError):
+            os.lseek(spool, 0, os.SEEK_SET)
+            lines = _read_all(spool).splitlines(keepends=True)
+        os.close(spool)
+
+
+def _spool() -> int:
+    """A descriptor to catch output in: in memory where the system has it, else a temporary
+    file, else the null device."""
+    with contextlib.suppress(Exception):
+        return os.memfd_create("memsnap-stderr")
+    with contextlib.suppress(Exception):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="memsnap-stderr-")
+        os.unlink(path)
+        return fd
+    return os.open(os.devnull, os.O_RDWR)
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while chunk := os.read(fd, 1 << 16):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class _Profiler:
+    """The cheapest memory-only profiler session: user scope, no operator events."""
+
+    def __init__(self) -> None:
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
+        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
+
+        # (state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental)
+        self._configs = {
+            stacks: ProfilerConfig(ProfilerState.KINETO, False, True, stacks, False, False, _ExperimentalConfig())
+            for stacks in (False, True)
+        }
+        self._activities = {ProfilerActivity.CPU}
+        self._scopes = {RecordScope.USER_SCOPE}
+        self._warm = False
+        self.running = False  # our session is on (a torch.profiler of the user's may still take it over)
+        # What the last sessions reported, read and done with: PyTorch frees it in ~1 µs per event.
+        self.spent: list[Any] = []
+        self.events_read = 0  # allocation events the reader found in what is spent (the backend counts them)
+        self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
+        self._rss_at_start: int | None = None
+        self._used_in: int | None = None  # the process that started a session (a fork's child cannot)
+        # kineto started before us (a torch.profiler of the user's): it prints two USDT lines per session
+        self._chatty = False
+        self._started_in: int | None = None  # the thread that started the session
+        self.ended_by_thread = False  # that thread stopped it as it ended (``_EndsWithThread``)
+
+    def warm_up(self) -> None:
+        """Pay the one-off start cost now and spend the allocator's once-per-process warning
+        ("Memory block of unknown size…") with stderr silenced, so the user's cell shows neither."""
+        if self._warm:
+            return
+        import torch
+
+        victim = torch.empty(16)
+        with _stderr_caught() as caught:
+            self.start()
+            del victim
+            probe = torch.empty(16)  # an allocation and a free seen whole, for check_instants
+            del probe
+            check_instants(self.stop() or [])
+            self._settle()
+        self._chatty = any(line.startswith(b"USDT:") for line in caught())
+        self._warm = True
+
+    def start(self, stacks: bool = False) -> None:
+        """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
+        from torch._C._autograd import _enable_profiler, _prepare_profiler
+
+        if self._used_in not in (None, os.getpid()):
+            raise BackendError(
+                "device=cpu: this process was forked from one that had recorded on the CPU, and "
+                "PyTorch's profiler hangs when started again in such a child; start the worker "
+                "with multiprocessing's 'spawn' method (multiprocessing.get_context('spawn'))"
+            )
+        self._used_in = os.getpid()
+        self._settle()  # no session starts while an old one's results are being freed
+        config = self._configs[stacks]
+        self._rss_at_start = _resident_bytes()
+        self._without_usdt(_prepare_profiler, config, self._activities)
+        self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
+        self.running = True
+        self._started_in, self.ended_by_thread = threading.get_ident(), False
+        if threading.current_thread() is not threading.main_thread() and not hasattr(_THREAD, "end"):
+            _THREAD.end = _EndsWithThread(self)
+
+    def stop(self) -> list[Any] | None:
+        """Stop; the roots of the session's event tree (its allocation events, in time order). None
+        when the session is not ours any more: a ``torch.profiler`` started meanwhile took it over
+        (its end ended ours), or is running now (then it is left running, untouched)."""
+        from torch._C._autograd import _disable_profiler, _profiler_enabled
+
+        self.running = False
+        if not _profiler_enabled() or public_profiler_running():
+            return None
+        hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
+        result = self._without_usdt(_disable_profiler)
+        if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
+            sys.setprofile(hook)
+        with no_gc():  # the tree is an object per event: collections while building it walk them all
+            roots = result.experimental_event_tree()
+        # The session's own buffers (~0.5 KB an event) are freed later, unless it grew the
+        # process by a GB or more: then memory comes first, and they go now, before the tree is read.
+        rss, start = _resident_bytes(), self._rss_at_start
+        self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
+        return roots
+
+    def _without_usdt(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``. Where kineto was started before us, without our quiet log level, its
+        USDT lines are kept out of the user's output; what else it says is passed on."""
+        if not self._chatty:
+            return call(*args)
+        caught: Callable[[], list[bytes]] | None = None
+        try:
+            with _stderr_caught() as caught:
+                return call(*args)
+        finally:  # what it printed before a failure too
+            kept = [line for line in caught() if not line.startswith(b"USDT:")] if caught is not None else []
+            if kept:
+                with contextlib.suppress(OSError):
+                    os.write(2, b"".join(kept))
+
+    def end_with_thread(self) -> None:
+        """Stop the session this thread started, as the thread ends: no other thread can (its
+        results are dropped; the recording's owner says nothing was written)."""
+        from torch._C._autograd import _disable_profiler, _profiler_enabled
+
+        if not (self.running and self._started_in == threading.get_ident()):
+            return
+        if _profiler_enabled() and not public_profiler_running():
+            with contextlib.suppress(Exception), _stderr_caught():
+                _disable_profiler()
+                self.running, self.ended_by_thread = False, True  # else clear_lost still clears
+
+    def clear_lost(self) -> None:
+        """Clear what a session left by a thread that ended (its Python tracer, callbacks):
+        one session opened and closed here. PyTorch says what it finds on stderr: kept out.
+        Nothing is left where the thread stopped its own session as it ended."""
+        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+
+        self.running = False
+        if self.ended_by_thread:
+            return
+        config = self._configs[True]
+        with contextlib.suppress(Exception), _stderr_caught():
+            _prepare_profiler(config, self._activities)
+            _enable_profiler(config, self._activities, self._scopes)
+            _disable_profiler()
+
+    def release(self) -> None:
+        """Free what the stopped sessions reported off the cell's critical path: the background
+        writer does it (before the cell's file), and the next session starts once it is done.
+        Destroying a session's results costs ~1 µs per event (0.3-0.6 s after 300,000); those
+        of a few events are freed here, for less than handing them over costs."""
+        events, self.events_read = self.events_read, 0
+        if events < FREE_HERE:
+            self.spent.clear()
+            return
+        from ....files.writer import WRITER
+
+        self._wait_for_release()
+        spent, self.spent = self.spent, []
+        done = threading.Event()
+        self._released = (os.getpid(), done)
+        # Freeing a big session holds the GIL throughout: the cell finishes and replies first.
+        pause = YIELD_S if events >= YIELD_PAST else 0.0
+        WRITER.submit(_freeing(spent, done, pause), "the CPU profiler's results")
+
+    def _settle(self) -> None:
+        """Free what is spent now, and wait for what is being freed in the background."""
+        self.spent.clear()
+        self.events_read = 0
+        self._wait_for_release()
+
+    def _wait_for_release(self) -> None:
+        if self._released is not None:
+            pid, done = self._released
+            if pid == os.getpid():  # a fork's copy was never handed to its writer: nothing to wait for
+                done.wait()
+            self._released = None
+
+
+HEAVY_SESSION = 1 << 30  # bytes a session grew the process by (~500,000 events) past which its buffers go at once
+FREE_HERE = 64  # allocation events read below which freeing a session's results is cheaper than a hand-over
+YIELD_PAST, YIELD_S = 20_000, 0.05  # past these events the freeing waits this long before it starts
+
+
+_THREAD = threading.local()  # what a thread other than the main one holds until it ends
+
+
+class _EndsWithThread:
+    """Kept in a thread's local storage, which Python clears in that very thread as it ends: a
+    profiler session still on then is stopped there (left on, it crashed the process at exit)."""
+
+    def __init__(self, profiler: _Profiler) -> None:
+        self.profiler = profiler
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.profiler.end_with_thread()
+
+
+def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[[], None]:
+    """A writer job freeing ``spent``; lists a chunk at a time, so the GIL changes hands between."""
+
+    def job() -> None:
+        try:
+            time.sleep(pause)
+            while spent:
+                item = spent.pop()
+                while isinstance(item, list) and item:
+                    del item[-4096:]
+                del item
+        finally:
+            done.set()
+
+    return job
+
+
+def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
+    """Weak references calling ``died(address)`` when each storage is freed: a storage's Python
+    object lives exactly as long as the storage once made, so its death is the block's free."""
+    refs = []
+    for ptr, storage in storages.items():
+        with contextlib.suppress(TypeError):
+            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))
+    return refs
+
+
+def _profile_hook_on() -> bool:
+    """Whether a ``sys.setprofile`` hook of someone else's is on (a profiler, a tracer): PyTorch's
+    Python tracer would take its place for the cell and remove it after, so the cell records
+    without stacks instead, and says so once."""
+    hook = sys.getprofile()
+    if hook is None:
+        return False
+    name = getattr(hook, "__qualname__", None) or type(hook).__qualname__
+    warn_once(
+        "profile-hook",
+        f"memsnap: a Python profile hook is on (sys.setprofile: {name}); the CPU route records "
+        "without Python stacks while it is, so that it keeps running through the cell",
+    )
+    return True
+
+
+def public_profiler_running() -> bool:
+    """Whether a ``torch.profiler``/``torch.autograd.profiler`` session of the user's is on."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+
+
+def _refuse_if_too_old() -> None:
+    import torch
+
+    version = str(torch.__version__)
+    release = re.match(r"(\d+)\.(\d+)", version)
+    if release is not None and (int(release[1]), int(release[2])) < OLDEST_TORCH:
+        raise BackendError(
+            f"device=cpu: the CPU route needs torch {'.'.join(map(str, OLDEST_TORCH))} or newer "
+            f"(it reads PyTorch's private profiler API, which crashed older releases); this is torch "
+            f"{version}. Record on an accelerator, or upgrade torch."
+        )
+
+
+def _warn_if_untested() -> None:
+    import torch
+
+    version = torch.__version__
+    if not version.startswith(tuple(f"{v}." for v in TESTED_TORCH)):
+        warn_once(
+            "untested-torch",
+            f"memsnap: the CPU route uses PyTorch's private profiler API and was "
+            f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
+            "figures look wrong, record on an accelerator or report it.",
+        )
+
+
+class CpuBackend(Backend):
+    """Records CPU tensor allocations; keeps events across cells while ``clear=false`` chains.
+
+    An interval is open from ``begin`` to ``end``. The profiler reports its events only when
+    stopped, so ``snapshot`` stops it and ``end(keep=True)`` starts it again for a chain.
+    """
+
+    has_allocator_peak = False
+    stack_bytes = STACK_BYTES
+    clears_in_place = False  # reading the events ends the profiler session: a new step starts a new one
+    thread_bound = True  # a profiler session lives in its thread's state: another thread finds none to stop
+    users_frames_only = True  # its stacks are built from the tracer up to the user's outermost frame
+    host = True
+    label = "the CPU route"
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        if STATE.cpu_profiler is None:
+            STATE.cpu_profiler = _Profiler()
+        self._profiler: _Profiler = STATE.cpu_profiler
+        self._open = False  # an interval is being recorded
+        self._gap = False  # a session that only follows what is allocated and freed (steps= loops)
+        self._history = History(0, {})
+        self._live_start: dict[int, int] = {}
+        self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
+        self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
+        self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
+        self._foreign = Watch()  # storages of memory PyTorch's allocator did not make, while they live
+        self._stacks = True  # record Python stacks (context=all/alloc)
+        self._namespace: Names | None = None
+        self._also: Any = None  # the cell's value, until the snapshot has walked it
+        # When the start's storages died (address -> time_ns), by weak-reference callbacks: the
+        # profiler reports no free of a block allocated while it was off.
+        self._died: dict[int, int] = {}
+        self._dying: list[Any] = []
+        self._max_entries = DEFAULTS.max_entries
+        self._cells_seen = -1  # notebook cells begun when the last interval ended (STATE.cells_begun)
+
+    @property
+    def recording(self) -> bool:
+        return self._open or self._gap
+
+    @classmethod
+    def available(cls, kind: str) -> bool:
+        return True
+
+    @classmethod
+    def for_device(cls, device: str) -> CpuBackend:
+        _refuse_if_too_old()
+        _warn_if_untested()
+        return cls()
+
+    def configure(self, options: Options) -> None:
+        given = [k for k in ("compile_context", "skip_actions") if getattr(options, k)]
+        if given:
+            raise BackendError(
+                f"{'= and '.join(given)}=: only accelerators record that; the CPU route has no such trace"
+            )
+        self._max_entries = options.max_entries
+        self._stacks = options.context in ("all", "alloc")
+        if self._open:  # a clear=false chain goes on with this cell's ring size
+            self._history.keep_newest(self._max_entries)
+
+    def warm_up(self) -> None:
+        self._profiler.warm_up()
+
+    def begin(self, *, fresh: bool, namespace: Names | None = None) -> None:
+        """Open an interval. Its start holds the tensors in the namespace and the blocks the last
+        interval ended with (an autograd graph kept in a list stays counted), updated by what a
+        followed gap saw allocated and freed."""
+        from torch._C._autograd import _profiler_enabled
+
+        if self._open and not fresh:
+            return
+        if self._gap:
+            self._close_gap()
+        elif self._profiler.running:
+            self._profiler.stop()  # a fresh history: what it held is dropped
+        elif _profiler_enabled():
+            raise BackendError(
+                "device=cpu: torch.profiler is already running; the CPU route "
+                "records through it, so stop that profiler first"
+            )
+        self._profiler.warm_up()
+        self._namespace = namespace
+        self.incomplete = None
+        names = self._names()
+        # Where a notebook cell ran since the last interval ended, or something appeared (or this
+        # is the first), an autograd graph made meanwhile may hold what no name reaches, as a loss
+        # whose backward runs in this cell holds its forward's activations: graphs are walked too.
+        ran = STATE.cells_begun > self._cells_seen + 1 or not self._carried
+        walked, found = self._walk_start(names, graphs=ran)
+        if not ran and not walked.keys() <= self._carried.keys():
+            walked, found = self._walk_start(names, graphs=True)
+        # Carried blocks the walk no longer reaches but once saw: freed since (a plain cell's `del`)?
+        hidden = {p: n for p, n in self._carried.items() if p not in walked}
+        for ptr in self._watch.gone(hidden):
+            del hidden[ptr], self._carried[ptr]
+            self._carried_frames.pop(ptr, None)
+        self._watch.see(found, walked)
+        self._died, self._dying = {}, _when_freed(found, self._died_into)
+        self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
+        frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
+        stacks = self._stacks and not _profile_hook_on()
+        self._history = History(self._max_entries, self._live_start, frames=stacks, start_frames=frames)
+        self._profiler.start(stacks=stacks)
+        self._open = True
+
+    def _walk_start(self, names: dict[str, Any] | None, graphs: bool) -> tuple[dict[int, int], dict[int, Any]]:
+        """The storages the namespace holds (address -> bytes, address -> storage), memory
+        PyTorch did not allocate left out."""
+        found: dict[int, Any] = {}
+        walked = live_storages(names, storages=found, graphs=graphs) if names is not None else {}
+        return {p: n for p, n in walked.items() if not self._foreign.holds(p, found[p])}, found
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.snapshot_marked(None)
+
+    def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
+        """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
+        if self._profiler.running:
+            roots = self._profiler.stop()
+            if roots is None:
+                self.incomplete = TAKEN_OVER
+            else:
+                before = self._history.count
+                self._history.add(roots, held=self._profiler.spent)
+                self._profiler.events_read += self._history.count - before
+                _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
+        found: dict[int, Any] = {}
+        roots, self._also = self._roots(), None
+        walked = live_storages(roots, storages=found) if roots is not None else {}
+        self._cells_seen = STATE.cells_begun
+        # The start's blocks the walk does not reach now are live unless their storage is gone:
+        # freed during the interval, unreported when allocated while nothing recorded.
+        hidden = {p: n for p, n in self._live_start.items() if p not in walked}
+        gone = self._watch.gone(hidden)
+        live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
+        snap = self._history.snapshot(
+            live_end, time.time_ns() // 1000, self._max_entries, died=self._died, compact=True, mark=mark
+        )
+        self.freed_unseen = self._history.freed_unseen
+        blocks = [b for seg in snap["segments"] for b in seg["blocks"]]
+        # A storage that appeared in the interval with no allocation event and that PyTorch's
+        # allocator did not make (numpy's memory under torch.from_numpy): never counted later
+        foreign = {
+            p
+            for p in walked
+            if p not in self._history.tables.last and p not in self._live_start and not found[p].resizable()
+        }
+        self._foreign.forget_freed()
+        self._foreign.see(found, foreign)
+        self._carried = {b["address"]: b["requested_size"] for b in blocks}
+        self._carried_frames = {b["address"]: b["frames"] for b in blocks if b["frames"]}
+        # a reference at an address the interval allocated or freed at is an earlier storage's
+        self._watch.forget(self._history.tables.last)
+        self._watch.see(found, self._carried)
+        # the start's blocks stay watched too: a clear=false history's next snapshot asks again
+        # whether they live (one freed in this step would come back in the next one's end)
+        self._watch.keep_only({**self._live_start, **self._carried})
+        if roots is not None and not self._watch.covers(self._carried):
+            # blocks no name reaches: an autograd graph kept alive (a loss in a list) may hold them
+            found = {}
+            live_storages(roots, storages=found, graphs=True)
+            self._watch.see(found, self._carried)
+        return snap
+
+    def _died_into(self, ptr: int) -> None:
+        self._died[ptr] = time.time_ns()  # the profiler's events are stamped on this clock
+
+    def reach_also(self, value: Any) -> None:
+        self._also = value  # walked with the namespace by the next snapshot, then let go
+
+    def _roots(self) -> dict[str, Any] | None:
+        """What the end's walk starts from: the namespace (the user's own dict, never a copy that
+        would keep its objects alive) and the cell's value, which IPython stores only after us."""
+        names = self._names()
+        if names is None or self._also is None:
+            return names
+        return {**names, "<the cell's value>": self._also}
+
+    def _names(self) -> dict[str, Any] | None:
+        names = self._namespace
+        return names() if callable(names) else names
+
+    def follow(self, namespace: Names | None = None) -> None:
+        from torch._C._autograd import _profiler_enabled
+
+        if not self._open and not self._gap and not _profiler_enabled():
+            self._profiler.start()
+            self._gap = True
+            self._namespace = namespace
+
+    def failed_request(self, error: BaseException | None, time_us: int) -> dict[str, Any] | None:
+        failed = _allocator_failure(error)
+        if failed is None:
+            return None
+        error, requested = failed
+        entry: dict[str, Any] = {"action": "oom", "size": requested, "stream": 0, "time_us": time_us}
+        free = _available_bytes()
+        if free is not None:
+            entry["device_free"] = free
+        entry["frames"] = _traceback_frames(error)
+        return entry
+
+    def incomplete_because(self, error: BaseException) -> str | None:
+        # PyTorch allows one profiler session a thread: torch.autograd.profiler_legacy (and any
+        # profiler started while ours runs that does not take it over) raises this
+        if isinstance(error, RuntimeError) and "Profiler is already enabled" in str(error):
+            return PROFILER_REFUSED
+        return None
+
+    def usage(self) -> dict[str, int] | None:
+        rss = _resident_bytes()
+        return {"rss": rss} if rss is not None else None
+
+    def end(self, *, keep: bool) -> None:
+        from torch._C._autograd import _profiler_enabled
+
+        self._also = None
+        if self._gap and not keep:
+            self._close_gap(watch=True)
+            if not self._open:
+                self._namespace = None
+        if self._open and keep:  # a clear=false chain goes on recording between cells
+            if not self._profiler.running and not _profiler_enabled():
+                self._profiler.start(stacks=self._history.stacks is not None)
+            return
+        if self._open:
+            if self._profiler.running:
+                self._profiler.stop()
+            self._open = False
+            self._history = History(0, {})
+            self._live_start = {}
+            self._namespace = None
+            self._dying, self._died = [], {}
+        if not self.recording:
+            self._profiler.release()
+
+    def abandon(self) -> None:
+        # the dead thread's profiler session can be neither stopped nor read from here; a session
+        # opened and closed in this thread clears what it left (left as it is, it crashed the process at exit)
+        self._profiler.clear_lost()
+        self._open = self._gap = False
+        self._history = History(0, {})
+        self._live_start, self._namespace = {}, None
+        self._dying, self._died = [], {}
+        self._also = None
+
+    def _close_gap(self, watch: bool = False) -> None:
+        """Fold what the gap saw into the carried blocks: allocated ones join, freed ones leave.
+        ``watch``: the cell ends here, so the storages of what it allocated are looked for and
+        watched (a plain cell's ``del`` of them then moves the next start)."""
+        self._gap = False
+        roots = self._profiler.stop()
+        if roots is None:  # a torch.profiler took the session over: what happened is unknown
+            return
+        gap = History(0, {})
+        gap.add(roots, held=self._profiler.spent)
+        self._profiler.events_read += gap.count
+        self._watch.forget(gap.tables.last)  # its events say what lives there
+        for ptr, size in gap.tables.last.items():
+            self._carried_frames.pop(ptr, None)  # the gap records no stacks
+            if size > 0:
+                self._carried[ptr] = size
+            else:
+                self._carried.pop(ptr, None)
+        names = self._names() if watch else None
+        if names is not None and any(size > 0 for size in gap.tables.last.values()):
+            found: dict[int, Any] = {}
+            live_storages(names, storages=found)
+            self._watch.see(found, self._carried)
+
+
+HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs
+
+
+STACKS_HINT = 100_000  # allocation events past which the Python tracer's cost is worth a word
+
+
+def _warn_if_huge(events: int, stacks: bool) -> None:
+    if stacks and events > STACKS_HINT:
+        warn_once(
+            "cpu-stacks",
+            f"memsnap: this interval made {events:,} CPU allocation events. On loops of small tensors the "
+            "Python tracer that gives allocations their stacks costs about as much again as the profiler "
+            "itself; context=none records without it (no stacks).",
+        )
+    if events > HUGE:
+        warn_once(
+            "cpu-huge",
+            f"memsnap: this interval made {events:,} CPU allocation events; PyTorch's profiler keeps about "
+            f"2 KB of each (~{events * 2 / 1e6:.1f} GB here) until the interval ends. For long loops of small "
+            "tensors record a few steps (steps=1,5,10 with mark(step)) or record on an accelerator.",
+        )
+
+
+TAKEN_OVER = (
+    "a torch.profiler started inside took over the CPU route's profiler session, so its allocations "
+    "are not in this step (profile outside %%memsnap, or record on an accelerator)"
+)
+PROFILER_REFUSED = (
+    "a profiler started inside could not start: the CPU route's profiler session runs through the "
+    "cell and PyTorch allows one a thread (profile outside %%memsnap, or record on an accelerator)"
+)
+
+
+# What the CPU allocator raises when malloc fails (c10/core/impl/alloc_cpu.cpp): a RuntimeError
+_ALLOCATOR_FAILED = re.compile(
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d{1,19}) bytes"
+)
+
+
+def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int] | None:
+    """The CPU allocator's out-of-memory error in ``error`` or what it was raised from (a few
+    links: a library may wrap it), and the bytes it asked for."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, RuntimeError):
+            found = _ALLOCATOR_FAILED.search(str(error)[:4096])
+            if found is not None and int(found.group(1)) < 1 << 63:
+                return error, int(found.group(1))
+        # the chain the traceback shows: `raise ... from None` hides a handled failure
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        seen += 1
+    return None
+
+
+def _available_bytes() -> int | None:
+    """Memory a new allocation could still get (Linux ``MemAvailable``), where the system says."""
+    from ....files.snapshot import proc_bytes
+
+    available = proc_bytes("/proc/meminfo", b"MemAvailable:")
+    if available is not None:
+        return available
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _traceback_frames(error: BaseException) -> list[dict[str, Any]]:
+    """The failing request's stack, innermost first, in PyTorch's frame format: the traceback
+    runs from the cell down to the line whose call asked for the memory."""
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append({"filename": code.co_filename, "line": tb.tb_lineno, "name": code.co_name})
+        tb = tb.tb_next
+    return frames[::-1]
+
+
+_STATM: dict[int, int] = {}  # pid -> descriptor of its /proc/self/statm (a fork's child opens its own)
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere. Read through a
+    descriptor kept open: 2 µs, not the 20 µs of opening the file for each of a cell's four reads."""
+    try:
+        pid = os.getpid()
+        fd = _STATM.get(pid)
+        if fd is None:
+            for inherited in _STATM.values():  # the parent's: it reads the parent's figures
+                os.close(inherited)
+            _STATM.clear()
+            fd = _STATM[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(fd, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None

@@ -1,0 +1,630 @@
+"""The CPU route's allocation history: the profiler's events, read by columns, into a snapshot.
+
+A profiler session reports every allocation and free of the interval, and a tiny-op loop makes
+hundreds of thousands. Only the newest ``max_entries`` become trace entries, so only those are read
+in full (their times). Of every event the history keeps just what the end state needs (each
+address's last event, and the first event at the addresses of the tensors live when the interval
+began), read with C-level passes (``map``/``attrgetter`` into dicts), a chunk of events at a time so the
+columns held at once stay bounded. With the Python tracer on, the allocations sit below call nodes
+and the tree is read a level at a time, each node touched once. Reading an event at all through
+PyTorch's Python API (a wrapper per node, a fields object per event) costs ~1 µs, about what the
+profiler spent recording it: the benchmarks' ``cpu_floor_read_every_event``. The snapshot is the
+same, entry for entry, as reading every event one by one (``tests/cpu_reference.py`` keeps that
+older reader; the tests compare them, with and without the tracer).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import chain, compress, repeat
+from operator import attrgetter, countOf, is_, itemgetter, not_
+from typing import TYPE_CHECKING, Any
+
+from ....core.nogc import no_gc
+from ....files.compact import Compact, expand
+from ....files.layout import MARK_KEY
+from ....results.stacks import user_frames
+
+if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
+    Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
+
+_FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
+_TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
+_DURATION = attrgetter("duration_time_ns")
+_ACTION = itemgetter("action")
+_INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
+_CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
+STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
+
+
+class _Tables:
+    """What the end state needs of a run of events, folded at C speed: each address's last event,
+    and the first event at each watched address (those of the tensors live when the interval began)."""
+
+    def __init__(self, watch: set[int], start: int = 0) -> None:
+        self.watch = set(watch)  # watched addresses whose first event is still to come
+        self.count = start  # index of the next event
+        self.last: dict[int, int] = {}  # address -> signed size of its last event (> 0: live at the end)
+        self.first: dict[int, int] = {}  # watched address -> signed size of its first event
+        self.first_index: dict[int, int] = {}  # watched address -> index of its first event
+
+    def fold(self, ptrs: list[int], sizes: list[int]) -> None:
+        if self.watch:
+            hits = list(compress(range(len(ptrs)), map(self.watch.__contains__, ptrs)))
+            for i in reversed(hits):  # the earliest event of each watched address is written last
+                self.first[ptrs[i]], self.first_index[ptrs[i]] = sizes[i], self.count + i
+            self.watch -= self.first.keys()
+        self.last.update(zip(ptrs, sizes))
+        self.count += len(ptrs)
+
+    def merge(self, later: _Tables) -> None:
+        """Append the tables of the events that came after these (``later`` counts on from ours)."""
+        self.first.update(later.first)  # ``later`` watched only what was still to come here
+        self.first_index.update(later.first_index)
+        self.watch = later.watch
+        self.last.update(later.last)
+        self.count = later.count
+
+
+class History:
+    """Every allocation event of an interval (across profiler sessions, for ``clear=false`` chains).
+
+    ``live_start``: ``{address: bytes}`` of the tensors found in the user's namespace when the
+    interval began (blocks the profiler never saw allocated)."""
+
+    def __init__(
+        self,
+        newest: int,
+        live_start: dict[int, int],
+        frames: bool = False,
+        start_frames: dict[int, list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self.live_start = live_start
+        self.tables = _Tables(set(live_start))
+        self.window: deque[tuple[int, int, int]] = deque(maxlen=newest)  # (time_ns, ptr, size), newest
+        # With the profiler's Python tracer on: each allocation's stack (see ``_Stacks``).
+        self.stacks = _Stacks(start_frames or {}) if frames else None
+        self.freed_unseen = 0  # bytes of start blocks the last snapshot could only free at its end
+
+    @property
+    def count(self) -> int:
+        return self.tables.count
+
+    def keep_newest(self, newest: int) -> None:
+        """Keep the newest ``newest`` events in full from now on (a chain's cell asked for another size)."""
+        if newest != self.window.maxlen:
+            self.window = deque(self.window, maxlen=newest)
+
+    @no_gc()
+    def add(self, roots: list[Any], held: list[Any] | None = None) -> None:
+        """The events of one profiler session: its event tree's roots, in time order.
+        ``held`` receives the lists of PyTorch's Python objects that reading made (~0.2 µs each
+        to destroy), for whoever frees the session's results to free them too, later."""
+        run = _Tables(self.tables.watch, self.count)
+        newest = self.window.maxlen or 0
+        tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
+        check_devices = _other_devices_may_allocate()
+        for nodes, fields, times, ups in _columns(roots, self.stacks is not None, held if held is not None else []):
+            sizes = list(map(_SIZE, fields))
+            if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
+                keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
+                fields, sizes = list(compress(fields, keep)), list(compress(sizes, keep))
+                nodes = list(compress(nodes, keep)) if nodes is not None else None
+                times = list(compress(times, keep)) if times is not None else None
+                ups = list(compress(ups, keep)) if ups is not None else None
+            ptrs = list(map(_PTR, fields))
+            if self.stacks is not None and ups is not None:
+                self.stacks.note(ptrs, sizes, ups)
+            run.fold(ptrs, sizes)
+            k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is read further
+            if k:
+                newer = times[-k:] if times is not None else map(_TIME, nodes[-k:])  # type: ignore[index]
+                self.window.extend(zip(newer, ptrs[-k:], sizes[-k:]))
+                if ups is not None:
+                    tail.extend(zip(ups[-k:], sizes[-k:]))
+        self.tables.merge(run)
+        if self.stacks is not None and tail:
+            parents, sizes = (list(column) for column in zip(*tail))
+            self.stacks.keep(self.count - len(tail), sizes, parents, self.count - newest)
+
+    def add_events(self, events: list[tuple[int, int, int]]) -> None:
+        """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
+        events = [e for e in events if e[2]]
+        self.tables.fold([e[1] for e in events], [e[2] for e in events])
+        self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
+
+    @no_gc()
+    def _start_frames(self, ptr: int) -> list[dict[str, Any]] | None:
+        """The stack a block carried in from the last interval was allocated with."""
+        return self.stacks.start_frames.get(ptr) if self.stacks is not None else None
+
+    def snapshot(
+        self,
+        live_end: dict[int, int],
+        end_us: int,
+        max_entries: int,
+        segment_events: bool = True,
+        died: dict[int, int] | None = None,
+        compact: bool = False,
+        mark: str | None = None,
+    ) -> dict[str, Any]:
+        """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
+
+        ``live_end``: the namespace's tensors when the interval ended; ``died``: when start blocks
+        whose frees the profiler does not report died (address -> time_ns). ``segment_events``: each
+        block is its own segment (the CPU allocator has none), so an allocation is preceded by its
+        ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
+        backwards from the end state, then finds every block it restores inside a segment.
+        ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
+        ``compact.complete`` (before the file is written); else it is complete. ``mark``: the
+        ``user_metadata`` of every entry (``layout.stamp``'s, given here where one step is held).
+        """
+        t, live_start = self.tables, self.live_start
+        # Baseline blocks freed without a report: their address was allocated anew inside the
+        # interval, or they are gone at the end and the interval never mentions them.
+        silent = {
+            p: n for p, n in live_start.items() if t.first.get(p, 0) > 0 or (p not in t.first and p not in live_end)
+        }
+        # The free of a silent block goes just before the first allocation that reuses any of its
+        # bytes (two live blocks never overlap); only those inside the window are entries (the trace
+        # keeps its newest part, like PyTorch's ring).
+        window_start = t.count - len(self.window)
+        pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
+        before, gone_earlier = _silent_frees(pending, self.window, window_start, died or {})
+        for ptr in gone_earlier:
+            del pending[ptr]
+        # A start block's reported free can carry a stale size (the allocator's table remembers the
+        # size of an earlier block at that address when this one was allocated unrecorded): the
+        # size a walk read from the tensor stands.
+        known = {
+            p: n
+            for p, n in live_start.items()
+            if t.first.get(p, 0) < 0 and t.first_index[p] >= window_start and -t.first[p] != n
+        }
+        stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
+        # The block entries only (an allocation's ``alloc``, a free's ``free_completed``): their
+        # companions are copies of them (``compact``). Entries are written out here, each dict
+        # whole at once, its step's ``mark`` included: a key added later grows every dict (a
+        # stamping pass cost a third of the build), a call per entry was half of it.
+        m = MARK_KEY
+        if not (before or known or stacks):  # the usual window: nothing to insert or correct
+            window = self.window
+            if mark is None:
+                trace = [
+                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000}
+                    if s > 0
+                    else {"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t_ns // 1000}
+                    for t_ns, p, s in window
+                ]
+            else:
+                trace = [
+                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000, m: mark}
+                    if s > 0
+                    else {
+                        "action": "free_completed",
+                        "addr": p,
+                        "size": -s,
+                        "stream": 0,
+                        "time_us": t_ns // 1000,
+                        m: mark,
+                    }
+                    for t_ns, p, s in window
+                ]
+            if self.stacks is not None:  # a start block's free carries the stack it was carried in with
+                for ptr, frames in self.stacks.start_frames.items():
+                    index = t.first_index.get(ptr, -1)
+                    if frames and index >= window_start and t.first.get(ptr, 0) < 0:
+                        trace[index - window_start]["frames"] = frames
+        else:
+            trace = []
+            add = trace.append
+            # PyTorch's viewer shows a block freed in the trace with its free's stack: each free
+            # carries its allocation's frames (the same list: the file does not grow), a start
+            # block's those it was carried in with
+            start_frames = self.stacks.start_frames if self.stacks is not None else {}
+            opened: dict[int, list[dict[str, Any]]] = {}
+            for index, (t_ns, ptr, size) in enumerate(self.window, start=window_start):
+                t_us = t_ns // 1000
+                if before and index in before:
+                    for gone, gone_size, gone_us in before.pop(index):
+                        del pending[gone]
+                        add(_freed(gone, gone_size, gone_us, mark, start_frames.get(gone)))
+                if size > 0:
+                    frames = stacks.get(index) if stacks else None
+                    if frames is None:
+                        alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+                        opened.pop(ptr, None)
+                    else:
+                        alloc = {
+                            "action": "alloc",
+                            "addr": ptr,
+                            "size": size,
+                            "stream": 0,
+                            "time_us": t_us,
+                            "frames": frames,
+                        }
+                        opened[ptr] = frames
+                    if mark is not None:  # after the frames, as stamping put it
+                        alloc[m] = mark
+                    add(alloc)
+                else:
+                    size = -size
+                    first = index == t.first_index.get(ptr)
+                    if known and first:
+                        size = known.pop(ptr, size)
+                    frames = opened.pop(ptr, None) or (start_frames.get(ptr) if first else None)
+                    add(_freed(ptr, size, t_us, mark, frames))
+        for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
+            del pending[gone]
+            trace.append(_freed(gone, gone_size, gone_us, mark, self._start_frames(gone)))
+        # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
+        self.freed_unseen = sum(pending.values())
+        for ptr, size in pending.items():
+            trace.append(_freed(ptr, size, end_us, mark, self._start_frames(ptr)))
+        kept = _newest(trace, max_entries, segment_events)
+        kept.marked = len(kept) if mark is not None else 0
+        blocks = {p: s for p, s in t.last.items() if s > 0}
+        carried = set()
+        for ptr, size in live_start.items():  # live throughout, as far as the events tell
+            if ptr in live_end and ptr not in t.last:
+                blocks[ptr] = size
+                carried.add(ptr)
+        block_frames = self.stacks.block_frames if self.stacks is not None else _no_frames
+        return {
+            "segments": [
+                _segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
+            ],
+            "device_traces": [kept if compact else expand(kept)],
+            "allocator_settings": {},
+        }
+
+
+def _silent_frees(
+    blocks: dict[int, int], window: deque[tuple[int, int, int]], window_start: int, died: dict[int, int]
+) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
+    """Where the unreported free of each of ``blocks`` (live before the interval, allocated while
+    nothing recorded) goes: ``{event index: [(address, bytes, time_us), ...]}``, each placed just
+    before that event (an index past the window: after its last event), and the blocks freed
+    before a window that dropped older events. A block's free is at the latest the first
+    allocation reusing any of its bytes (two live blocks never overlap), and exactly when its
+    storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
+    if not blocks:
+        return {}, set()
+    import numpy as np
+
+    events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
+    times = events[:, 0]
+    allocs = np.flatnonzero(events[:, 2] > 0)
+    q, m = events[allocs, 1], events[allocs, 2]
+    ptrs = sorted(blocks)
+    starts = np.array(ptrs, dtype=np.int64)
+    ends = starts + np.array([blocks[p] for p in ptrs], dtype=np.int64)
+    never = np.iinfo(np.int64).max
+    first = np.full(len(starts), never)
+    last = np.searchsorted(starts, q + m, side="left") - 1  # the last block starting before each allocation ends
+    for back in range(len(starts)):  # an allocation spanning several freed blocks reuses each
+        cand = last - back
+        hit = cand >= 0
+        hit[hit] &= ends[cand[hit]] > q[hit]
+        if not hit.any():
+            break
+        np.minimum.at(first, cand[hit], allocs[hit])
+    placed: dict[int, list[tuple[int, int, int]]] = {}
+    before_window: set[int] = set()
+    for i, ptr in enumerate(ptrs):
+        reused = int(first[i])
+        at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
+        death = died.get(ptr)
+        if death is not None:
+            index = int(np.searchsorted(times, death, side="right"))
+            if index == 0 and window_start > 0:  # freed before the window's first event
+                before_window.add(ptr)
+                continue
+            if index <= at:
+                at, t_ns = index, death
+        if t_ns is not None:
+            placed.setdefault(at + window_start, []).append((ptr, blocks[ptr], t_ns // 1000))
+    return placed, before_window
+
+
+def _other_devices_may_allocate() -> bool:
+    """Whether an accelerator in this process may have reported allocations to the profiler too
+    (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""
+    import sys
+
+    import torch
+
+    from ....core.devices import KINDS
+
+    for kind in KINDS:
+        module = getattr(torch, kind, None) if kind != "cpu" else None  # torch.npu: once torch_npu is in
+        if module is not None and getattr(module, "is_initialized", lambda: True)():
+            return True
+    # MPS has no history API to record it by, but its allocations reach the profiler all the same
+    mps = getattr(torch.backends, "mps", None)
+    return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
+
+
+def _columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns]:
+    """The CPU allocation events of a session's tree in time order, a chunk at a time:
+    ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
+    its roots are the events) is read a chunk at a time, each event's time only if it is among
+    the newest (``nodes``); any other tree by levels (``times``, ``parents``), whose lists of
+    fields and nodes read join ``held`` (they live together anyway; a chunk's are let go with it)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    if tracer:
+        yield from _by_levels(roots, held)
+        return
+    for lo in range(0, len(roots), _CHUNK):
+        nodes = roots[lo : lo + _CHUNK]
+        fields = list(map(_FIELDS, nodes))
+        if set(map(type, fields)) - {_ExtraFields_Allocation}:
+            # Everything in the chunks read so far happened before this chunk's first root began.
+            yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
+            return
+        yield nodes, fields, None, None
+
+
+def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
+    """The allocation events of a tree whose roots are not all allocations, in time order, and
+    the node each sits in (a Python call, a C function called from Python, a user scope; None at
+    the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
+    An allocation is an instant, so only nodes of zero duration have their fields read (a call's
+    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    found: list[Any] = []
+    times: list[int] = []
+    ups: list[Any] = []
+    level, up = roots, [None] * len(roots)
+    while level:
+        held.append(level)
+        if len(level) < NARROW:  # a C-level pass costs a fixed ~0.3 µs: a loop is cheaper on a few nodes
+            level, up = _narrow_level(level, up, fields, found, times, ups, _ExtraFields_Allocation)
+            fields = None
+            continue
+        if fields is None and _INSTANTS[0]:
+            instant = list(map(not_, map(_DURATION, level)))
+            nodes, parents = list(compress(level, instant)), list(compress(up, instant))
+            fields = list(map(_FIELDS, nodes))
+        else:
+            instant, nodes, parents = [True] * len(level), level, up
+            fields = fields if fields is not None else list(map(_FIELDS, level))
+        is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
+        found += compress(fields, is_alloc)
+        times += map(_TIME, compress(nodes, is_alloc))
+        ups += compress(parents, is_alloc)
+        if all(instant):
+            inner = list(compress(level, map(not_, is_alloc)))
+        else:  # the calls, and any instant that is not an allocation
+            allocs = iter(is_alloc)
+            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
+        kids = list(map(_CHILDREN, inner))
+        level = list(chain.from_iterable(kids))
+        up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
+        fields = None
+    held.append(found)
+    order = sorted(range(len(times)), key=times.__getitem__)
+    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
+    for lo in range(0, len(found), _CHUNK):
+        yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
+
+
+NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)
+
+
+def _narrow_level(
+    level: list[Any],
+    up: list[Any],
+    fields: list[Any] | None,
+    found: list[Any],
+    times: list[int],
+    ups: list[Any],
+    allocation: type,
+) -> tuple[list[Any], list[Any]]:
+    """``_by_levels``' pass over one level, node by node: the allocations (fields of type
+    ``allocation``) join ``found``, ``times`` and ``ups``; the next level and its parents are returned."""
+    instants = fields is None and _INSTANTS[0]
+    below: list[Any] = []
+    parents: list[Any] = []
+    for i, node in enumerate(level):
+        if fields is not None:
+            kind = fields[i]
+        elif instants and node.duration_time_ns:
+            kind = None  # a call: only instants are allocations
+        else:
+            kind = node.extra_fields
+        if type(kind) is allocation:
+            found.append(kind)
+            times.append(node.start_time_ns)
+            ups.append(up[i])
+        else:
+            kids = node.children
+            below += kids
+            parents += [node] * len(kids)
+    return below, parents
+
+
+def check_instants(roots: list[Any]) -> None:
+    """Read fields only of nodes without duration from now on if this session's allocations had
+    none (so PyTorch reports them; a release that changed it costs the reader speed, not events)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    allocations = [n for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
+    _INSTANTS[0] = bool(allocations) and not any(map(_DURATION, allocations))
+
+
+class _Stacks:
+    """Python stacks of CPU allocations, from the profiler's Python tracer.
+
+    The tracer records each Python call (``PyCall``: its ``def`` line as ``callsite``, the line
+    that called it as ``caller``) and each C function called from Python (``PyCCall``: the line
+    that called it). An allocation inside a C function (``torch.ones``, ``x.exp()``) thus gets its
+    exact line; one made directly by a Python function (``x * 2`` goes through no C function
+    call) gets the function's ``def`` line. Each outer frame is the line that made the call.
+    Stacks are built once per tree node and shared, as PyTorch shares them in its snapshots.
+    """
+
+    def __init__(self, start_frames: dict[int, list[dict[str, Any]]]) -> None:
+        self.start_frames = start_frames  # blocks carried in from the last interval, with their stacks
+        self.last: dict[int, tuple[int, list[dict[str, Any]]]] = {}  # address -> (size, stack) of its last alloc
+        self.window: deque[tuple[int, list[dict[str, Any]]]] = deque()  # (event index, stack), newest events
+        # id(node) -> (node, stack): the node is held so that its id is not reused while known
+        self._memo: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # of an allocation in it
+        self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
+        self._user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the same, up to the user's outermost
+
+    def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
+        """Each allocation's stack, by address: what the blocks live at the end are given."""
+        of, last = self.of, self.last
+        for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes)):
+            last[ptrs[i]] = (sizes[i], of(parents[i]))
+
+    def keep(self, first: int, sizes: list[int], parents: list[Any], window_start: int) -> None:
+        """The stacks of the newest events (numbered from ``first``), for their trace entries."""
+        of = self.of
+        self.window.extend(
+            (first + i, of(parents[i]))
+            for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
+        )
+        while self.window and self.window[0][0] < window_start:
+            self.window.popleft()
+        self._memo, self._outer, self._user = {}, {}, {}  # node ids are only good while this session's tree lives
+
+    def window_frames(self, window_start: int) -> dict[int, list[dict[str, Any]]]:
+        return {i: f for i, f in self.window if i >= window_start}
+
+    def block_frames(self, ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
+        if carried:
+            return self.start_frames.get(ptr, [])
+        hit = self.last.get(ptr)
+        return hit[1] if hit is not None and hit[0] == size else []
+
+    def of(self, node: Any) -> list[dict[str, Any]]:
+        """The stack of an allocation made inside ``node``, innermost frame first."""
+        if node is None:
+            return []
+        hit = self._memo.get(id(node))
+        if hit is None:
+            from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
+
+            fields = node.extra_fields
+            kind = type(fields)
+            if kind is _ExtraFields_PyCCall:
+                frames = [_frame(fields.caller), *self._users(node.parent)]
+            elif kind is _ExtraFields_PyCall:
+                frames = [_frame(fields.callsite), *self._users(node)]
+            else:
+                frames = self._users(node)
+            hit = self._memo[id(node)] = (node, frames)
+        return hit[1]
+
+    def _users(self, node: Any) -> list[dict[str, Any]]:
+        """``_enclosing`` up to the user's outermost frame: a file holds none of the frames of the
+        shell, kernel or runner beneath it (once per node: its calls share it)."""
+        hit = self._user.get(id(node))
+        if hit is None:
+            hit = self._user[id(node)] = (node, user_frames(self._enclosing(node), whole_if_none=False))
+        return hit[1]
+
+    def _enclosing(self, node: Any) -> list[dict[str, Any]]:
+        """The frames around ``node``'s call, innermost first: for each Python call, the line
+        that made it. Walked upwards until a node already known (no recursion: stacks are deep)."""
+        from torch._C._profiler import _ExtraFields_PyCall
+
+        path, known = [], []
+        while node is not None:
+            hit = self._outer.get(id(node))
+            if hit is not None:
+                known = hit[1]
+                break
+            path.append(node)
+            node = node.parent
+        for n in reversed(path):
+            fields = n.extra_fields
+            if type(fields) is _ExtraFields_PyCall and n.parent is not None:
+                known = [_frame(fields.caller), *known]
+            self._outer[id(n)] = (n, known)
+        return known
+
+
+def _frame(state: Any) -> dict[str, Any]:
+    return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
+
+
+def _freed(
+    ptr: int, size: int, t_us: int, mark: str | None = None, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+    if frames:
+        entry["frames"] = frames
+    if mark is not None:
+        entry[MARK_KEY] = mark
+    return entry
+
+
+def _newest(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
+    """The block entries whose groups (an allocation: ``segment_alloc``, ``alloc``; a free:
+    ``free_requested``, ``free_completed``, ``segment_free``; without ``segments`` none of the
+    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``.
+    A group the cut runs through keeps its newer entries: where that leaves a free's
+    ``segment_free`` alone, it is in the list itself."""
+    alloc_group, free_group = (2, 3) if segments else (1, 2)
+    total = free_group * len(trace) - (free_group - alloc_group) * countOf(map(_ACTION, trace), "alloc")
+    first, cut = 0, max(total - max_entries, 0)
+    while cut and first < len(trace):  # groups wholly older than the window
+        size = alloc_group if trace[first]["action"] == "alloc" else free_group
+        if cut < size:
+            break
+        cut -= size
+        first += 1
+    kept = Compact(trace[first:])
+    kept.segments = segments
+    kept.companions = total - max(total - max_entries, 0) - len(kept)
+    if cut:
+        head = kept[0]
+        if segments and head["action"] == "free_completed" and cut == 2:  # its segment_free alone
+            kept[0] = {**head, "action": "segment_free"}
+        else:
+            kept.cut_first = True
+    return kept
+
+
+def _no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
+    return []
+
+
+def _segment(ptr: int, size: int, frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """One segment per live CPU block: the CPU allocator has no segments of its own."""
+    return {
+        "device": 0,
+        "address": ptr,
+        "total_size": size,
+        "allocated_size": size,
+        "active_size": size,
+        "requested_size": size,
+        "stream": 0,
+        "segment_type": "large",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        "frames": frames,
+        "blocks": [
+            {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
+        ],
+    }
+
+
+def build_snapshot(
+    events: list[tuple[int, int, int]],
+    live_start: dict[int, int],
+    live_end: dict[int, int],
+    end_us: int,
+    max_entries: int,
+    segment_events: bool = True,
+) -> dict[str, Any]:
+    """The snapshot of ``(time_ns, ptr, signed size)`` events and the walked live storages."""
+    history = History(max_entries, live_start)
+    history.add_events(events)
+    return history.snapshot(live_end, end_us, max_entries, segment_events)

@@ -1,0 +1,132 @@
+"""The process-wide state of memsnap_magic: one object, one public ``reset()``.
+
+Everything that outlives a cell lives here: the session the magic fills, the recorders running
+now (``mark()`` talks to the innermost), the backend of each device (so recording left on by a
+``clear=false`` cell is found again by the next cell), which accelerator kinds are recording
+(PyTorch records every device of a kind at once), the CPU profiler session and the one-time
+warnings already given. At import it needs only ``notice`` of ours (the session module loads on first use).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.warn import WARNED, warn
+
+if TYPE_CHECKING:
+    from ..results.session import Session
+    from .backends.base import Backend
+
+
+class Marked(Protocol):
+    """What ``mark()`` needs of a running ``Recorder``."""
+
+    steps: tuple[int, ...] | None
+    _backend: Backend | None
+
+    def mark_step(self, step: int) -> None: ...
+
+
+@dataclass
+class ChainSteps:
+    """The earlier steps of a clear=false history, which its next snapshot holds too: when each
+    began and its mark (entries are stamped with their own step), and the roles seen at moments
+    of those steps (an optimizer step's gradients), so their blocks are labelled as they were."""
+
+    marks: list[tuple[int, str]] = field(default_factory=list)  # (start_us, mark)
+    timed: list[tuple[int, Any]] = field(default_factory=list)  # (time_us, roles.Storages)
+
+
+_MAKING = threading.Lock()
+
+
+class State:
+    def __init__(self) -> None:
+        self._session: Session | None = None
+        self.active: list[Marked] = []  # the Recorders running now, innermost last
+        self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
+        self.recording_kinds: dict[str, str] = {}  # accelerator kind -> the device whose history it records
+        self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
+        self.warned = WARNED  # keys of the one-time warnings already given (``core.warn.warn_once``)
+        self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
+        self.chains: dict[str, str] = {}  # device -> the run whose clear=false history it goes on recording
+        # device -> the steps the clear=false history recording there holds so far
+        self.chain_steps: dict[str, ChainSteps] = {}
+        self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
+        self.cells_begun = 0  # notebook cells run since %load_ext (counted before each runs)
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            from ..results.session import Session  # here, not above: it needs numpy-free imports only
+
+            with _MAKING:  # two threads asking first must get one session, not one each
+                if self._session is None:
+                    self._session = Session()
+        return self._session
+
+    def recording_devices(self) -> list[str]:
+        """The devices whose recording we started and left on."""
+        return [name for name, backend in self.backends.items() if backend.recording]
+
+    def give_up_orphaned(self) -> list[str]:
+        """Give up the recordings whose thread has ended, and their session with it (a block's,
+        or a clear=false history one left on), each with one warning; returns their devices."""
+        gone = []
+        for name, backend in self.backends.items():
+            owner = backend.owner
+            if backend.recording and owner is not None and owner._elsewhere() and owner._orphaned():
+                owner._abandon()
+                gone.append(name)
+        self.active[:] = [r for r in self.active if not (r._elsewhere() and r._orphaned())]
+        return gone
+
+    def stop_all(self) -> list[str]:
+        """Stop every recording we started; returns the devices that were recording."""
+        stopped, failures = self.give_up_orphaned(), []
+        for name, backend in self.backends.items():
+            owner = backend.owner
+            if backend.recording and owner is not None and owner._elsewhere():
+                # a live thread's CPU session: only that thread can stop it (its block's end will)
+                failures.append(f"{name}: recorded by another thread, which alone can stop it")
+                continue
+            if backend.recording:
+                try:
+                    backend.end(keep=False)
+                    stopped.append(name)
+                    self.chains.pop(name, None)
+                    self.chain_steps.pop(name, None)
+                except Exception as e:  # try every backend; report what could not stop
+                    failures.append(f"{name}: {type(e).__name__}: {e}")
+        # the blocks stopped: their ends find nothing of theirs recording, and say so
+        self.active[:] = [r for r in self.active if r._backend is not None and r._backend.recording]
+        if failures:
+            warn("memsnap: could not stop recording on " + "; ".join(failures))
+        return stopped
+
+    def reset(self) -> None:
+        """Stop our recordings and forget intervals, session defaults and dashboards, as in a
+        fresh process (pending writes finish first, as at exit). The CPU profiler object and the
+        one-time warnings stay: they belong to the process, not to a session."""
+        self.stop_all()
+        from ..files.writer import wait_for_writes  # here: the writer is not needed before a recording
+
+        wait_for_writes()
+        self.active.clear()
+        self.backends.clear()
+        self.recording_kinds.clear()
+        self.last_end.clear()
+        self.chains.clear()
+        self.chain_steps.clear()
+        self._session = None
+        self.live_dashboard = None
+
+
+STATE = State()
+
+
+def session() -> Session:
+    """The process-wide session the magic and ``Recorder`` add to."""
+    return STATE.session

@@ -1,0 +1,270 @@
+"""What a run of steps says at a glance: which steps leaked, which spiked. Numbers only; ``text``
+turns them into the dashboard's headline.
+
+The rules, chosen so that noise makes no claim:
+- a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
+  minus its start; in a file labelled by category, at most what it made and kept besides
+  parameters, gradients and optimizer state); consecutive leaking steps form one run;
+- a step **spikes** when what it held only for a while (its peak above the higher of its start
+  and end) is more than twice the median of that over the steps shown and more than
+  ``max(1 MiB, 1 % of its start)`` above it: what a step made and kept (an optimizer's state in
+  its first step) is no spike; it is said as the step's rise over its start;
+- an allocation **site leaks** in a leaking step when what is held from there at the step's end
+  grew since the step before's end by more than ``max(1 MiB, 1 % of the step's start)``; the
+  first step shown, with no step before it, when it allocated that much there and still held it
+  and the site grows in the next step too. Consecutive such steps form one run. A buffer each
+  step replaces (gradients made anew after ``zero_grad()``) holds the same at every end: no leak.
+  Files without the sites of what they hold use what the step allocated and held.
+
+A ``clear=false`` step's snapshot goes on into the next one, whose figures then count from the
+chain's start: the rules read each step's own share (its start is the step before's end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+from .measures import Figures
+
+if TYPE_CHECKING:
+    from .intervals import Interval
+
+MiB = 1 << 20
+FLOOR = MiB  # below this no step leaks or spikes, whatever its start
+SHARE = 0.01  # ... nor by less than this share of its start
+
+
+@dataclass(frozen=True)
+class Leak:
+    """Consecutive leaking steps: ``first``..``last`` (step numbers) and what each kept."""
+
+    steps: tuple[int, ...]
+    kept: tuple[int, ...]
+    since: int | None  # the step before the run, whose end the run started from
+
+    @property
+    def total(self) -> int:
+        return sum(self.kept)
+
+
+@dataclass(frozen=True)
+class SiteLeak:
+    """An allocation site that kept memory in consecutive leaking steps."""
+
+    site: str
+    steps: tuple[int, ...]
+    kept: tuple[int, ...]  # what the site kept in each of them
+    since: int | None = None  # the step whose end the first one's growth counts from, if not the one before it
+
+    @property
+    def total(self) -> int:
+        return sum(self.kept)
+
+
+@dataclass(frozen=True)
+class Spike:
+    step: int
+    rise: int  # over its own start
+    typical: int  # the median rise of the steps shown
+
+
+def _threshold(start: int) -> float:
+    return max(FLOOR, SHARE * start)
+
+
+@dataclass(frozen=True)
+class _Own(Figures):
+    """A step's own figures where its snapshot also holds the step before it (``clear=false``)."""
+
+    baseline_allocated: int
+    peak_allocated: int
+    end_allocated: int
+    trace_entries: int
+    kept_by_site: list[list[Any]] = field(default_factory=list)
+    held_by_site: list[list[Any]] = field(default_factory=list)
+
+
+def own_figures(intervals: Sequence[Any]) -> list[Any]:
+    """Each step as the rules read it: as it is, or, where its history went on from the step
+    before (that step had ``clear=false``), from that step's end, with only the bytes per site
+    it added."""
+    from .intervals import holds
+
+    out: list[Any] = []
+    for n, iv in enumerate(intervals):
+        prev = intervals[n - 1] if n else None
+        if prev is None or getattr(prev, "clear", True) or not holds(iv, prev):
+            out.append(iv)
+            continue
+        before = {site: nbytes for site, nbytes, _ in getattr(prev, "kept_by_site", [])}
+        added = [[s, b - before.get(s, 0), k] for s, b, k in getattr(iv, "kept_by_site", []) if b > before.get(s, 0)]
+        added.sort(key=lambda row: -row[1])
+        held = getattr(iv, "held_by_site", [])  # what an end holds does not depend on the chain
+        out.append(_Own(prev.end_allocated, iv.peak_allocated, iv.end_allocated, iv.trace_entries, added, held))
+    return out
+
+
+def leaked(iv: Any) -> int:
+    """What a step kept that may be a leak: all it kept, or, where its file says what each block
+    was, no more than what it made and kept besides parameters, gradients and optimizer state
+    (AdamW's first step keeps its state and the gradients: no leak)."""
+    from ..core.categories import MODEL_STATE, OTHER
+
+    parts = getattr(iv, "by_category", None)
+    if not parts:
+        return iv.kept
+    return min(iv.kept, sum(v for k, v in parts.items() if k not in MODEL_STATE and k != OTHER))
+
+
+def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
+    """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
+    intervals = own_figures(intervals)
+    leaking = [i for i, iv in enumerate(intervals) if leaked(iv) > _threshold(iv.baseline_allocated)]
+    return [
+        Leak(
+            steps=tuple(steps[j] for j in run),
+            kept=tuple(leaked(intervals[j]) for j in run),
+            since=steps[run[0] - 1] if run[0] > 0 and _ended_before(intervals[run[0] - 1], intervals[run[0]]) else None,
+        )
+        for run in _consecutive(leaking)
+    ]
+
+
+def _ended_before(earlier: Any, later: Any) -> bool:
+    """Whether the step shown before another also ran before it (a step recorded after a
+    larger one is shown before it, and what is "held since" it means nothing)."""
+    a, b = getattr(earlier, "end_us", None), getattr(later, "end_us", None)
+    return a is None or b is None or a <= b
+
+
+def _consecutive(positions: Sequence[int]) -> list[list[int]]:
+    """Ascending positions split into runs of consecutive ones: [1, 2, 4] -> [[1, 2], [4]]."""
+    runs: list[list[int]] = []
+    for i in positions:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
+    """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
+    from .intervals import HELD_SITES
+
+    own = own_figures(intervals)
+    ends = [_held(iv, HELD_SITES) for iv in own]
+    before, after = _neighbours_in_time(intervals)
+    held: dict[str, dict[int, int]] = {}  # site -> position of the step -> bytes it kept there
+    # (site, position of a step) -> position of the step its growth there counts from, where the
+    # site grew by more than the step itself kept there: the steps between added to it
+    spans: dict[tuple[str, int], int] = {}
+    for i, iv in enumerate(own):
+        limit = _threshold(iv.baseline_allocated)
+        if leaked(iv) <= limit:
+            continue
+        j, k = before.get(i), after.get(i)
+        if j is not None and ends[i] is not None and ends[j] is not None:
+            grown = _growth(ends[j], ends[i])
+            own_kept = {s: b for s, b, _ in iv.kept_by_site}
+            spans.update(((s, i), j) for s, b in grown.items() if b > own_kept.get(s, 0) + limit)
+        elif ends[i] is not None and k is not None and ends[k] is not None:  # the first: its next confirms
+            later = _growth(ends[i], ends[k])
+            grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
+        else:
+            grown = {s: b for s, b, _ in iv.kept_by_site}
+        for site, nbytes in grown.items():
+            if nbytes > limit:
+                held.setdefault(site, {})[i] = nbytes
+    found = [
+        SiteLeak(site, tuple(steps[j] for j in run), tuple(by_step[j] for j in run), _since(steps, spans, site, run[0]))
+        for site, by_step in held.items()
+        for part in _consecutive(sorted(by_step))
+        # a step whose growth spans steps not shown starts a run of its own
+        for run in _split(part, [_since(steps, spans, site, j) is not None for j in part])
+    ]
+    return sorted(found, key=lambda leak: -leak.total)
+
+
+def _split(run: list[int], starts: list[bool]) -> list[list[int]]:
+    """``run`` cut before each position marked in ``starts`` (the first always starts one)."""
+    parts: list[list[int]] = []
+    for position, start in zip(run, starts):
+        if start or not parts:
+            parts.append([])
+        parts[-1].append(position)
+    return parts
+
+
+def _since(steps: Sequence[int], spans: dict[tuple[str, int], int], site: str, first: int) -> int | None:
+    """The step a site's growth in step ``steps[first]`` counts from, where that growth spans
+    steps numbered between the two that are not shown (steps 1 and 9 listed, the site grown by
+    more than step 9 kept there: grown somewhere in 2-9); None where it is the step before it,
+    or a later one recorded earlier (steps 1, 5, 3)."""
+    j = spans.get((site, first))
+    if j is None or type(steps[j]) is not int or type(steps[first]) is not int or steps[j] >= steps[first] - 1:
+        return None
+    return steps[j]
+
+
+def _neighbours_in_time(intervals: Sequence[Any]) -> tuple[dict[int, int], dict[int, int]]:
+    """Position -> the position of the step that ran just before it, and just after it: by the
+    time each ended where every step says (steps recorded 1, 5, 3, 4: step 3 follows step 5's
+    end), else the order shown."""
+    ended = [getattr(iv, "end_us", None) for iv in intervals]
+    order = (
+        sorted(range(len(intervals)), key=lambda i: (ended[i], i))
+        if all(type(t) is int for t in ended)
+        else list(range(len(intervals)))
+    )
+    return dict(zip(order[1:], order)), dict(zip(order, order[1:]))
+
+
+def _held(iv: Any, full: int) -> tuple[dict[str, int], bool] | None:
+    """What a step's end holds per site, and whether that list was cut (None: the file has none)."""
+    rows = getattr(iv, "held_by_site", None)
+    if not rows:
+        return None
+    return {site: nbytes for site, nbytes, _ in rows}, len(rows) >= full
+
+
+def _growth(before: tuple[dict[str, int], bool], after: tuple[dict[str, int], bool]) -> dict[str, int]:
+    """Bytes each site holds at ``after``'s end beyond ``before``'s (a site missing from a cut list
+    is not known to have held nothing: it is left out)."""
+    then, cut = before
+    return {s: b - then.get(s, 0) for s, b in after[0].items() if s in then or not cut}
+
+
+def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
+    """Steps whose rise over their start stands out from the others', largest first."""
+    if len(intervals) < 3:  # too few to tell what is typical
+        return []
+    intervals = own_figures(intervals)
+    held = [_transient(iv) for iv in intervals]
+    usual = median(held)
+    typical = int(median(iv.peak_increase for iv in intervals))
+    found = [
+        Spike(step, iv.peak_increase, typical)
+        for step, iv, h in zip(steps, intervals, held)
+        if h > 2 * usual and h - usual > _threshold(iv.baseline_allocated)
+    ]
+    return sorted(found, key=lambda s: -s.rise)
+
+
+def _transient(iv: Any) -> int:
+    """What a step held only for a while: its peak above the higher of its start and end."""
+    return iv.peak_allocated - max(iv.baseline_allocated, iv.end_allocated)
+
+
+def born_in(block: dict[str, Any], earlier: Sequence[Interval]) -> int | None:
+    """The step that allocated a block live before this one began: the latest of ``earlier``
+    (same rank and device, in order) that ended with a block of this address and size of its own
+    making. None when none did (allocated before recording, or among blocks too small to keep)."""
+    addr, size = block.get("addr"), block.get("size")
+    for iv in reversed(earlier):
+        if iv.born.get(addr) == size:
+            return iv.step
+    return None

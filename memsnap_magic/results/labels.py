@@ -1,0 +1,148 @@
+"""Label a snapshot's blocks with what they were: the ``category`` key PyTorch's memory_viz
+colours trace entries by, and ours to sum per step.
+
+A block is a parameter, gradient or optimizer state when a storage of that role, with its address
+and size, was seen (``Roles``, which ``recording.roles`` fills) while the block was alive; else
+``activation`` when the interval allocated it, ``other`` when it was live before. Entries that
+are not blocks (segments, the snapshot marker) are ``unknown``; memory_viz throws on a file with
+categories but no ``unknown`` (a typo in its legend code), so one is always there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.categories import ACTIVATION, ORDER, OTHER, UNKNOWN, category_name
+
+Storages = dict[int, tuple[int, str]]  # storage address -> (bytes, category)
+
+
+@dataclass
+class Roles:
+    """What was seen (by ``recording.roles``): storages live at the start, at each optimizer step
+    (with the time, µs since the epoch as trace entries carry it), and at the end."""
+
+    start: Storages = field(default_factory=dict)
+    timed: list[tuple[int, Storages]] = field(default_factory=list)
+    end: Storages = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.start or self.end or any(seen for _, seen in self.timed))
+
+
+_FREES = ("free_requested", "free_completed", "free")
+OTHER_NAMES = 16  # names beyond ORDER a file's categories are summed under
+
+
+def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], roles: Roles, end_us: int) -> None:
+    """Give every entry of ``trace`` and every ``(address, block)`` of ``end`` (the allocated
+    blocks of the snapshot's end state) a ``category``, in place."""
+    wanted = set(roles.start) | set(roles.end) | {a for _, seen in roles.timed for a in seen}
+    allocs = _seen_allocations(trace, wanted, roles)
+    live: dict[int, str] = {}  # address -> category of the block the trace allocated there
+    unknown = False
+    last = len(trace) - 1
+    for i, e in enumerate(trace):
+        action, addr = e.get("action"), e.get("addr")
+        if action == "alloc":
+            live[addr] = e["category"] = allocs.get(i, ACTIVATION)
+        elif action in _FREES:
+            category = live.get(addr)
+            if category is None:  # live before the interval: what the start saw there
+                category = _role(roles.start, addr, e.get("size")) or OTHER
+            e["category"] = category
+            if action != "free_requested":
+                live.pop(addr, None)
+        elif action == "segment_alloc" and i < last and _same_block(e, trace[i + 1], "alloc"):
+            e["category"] = allocs.get(i + 1, ACTIVATION)  # a segment of that one block (the CPU route's)
+        elif action == "segment_free" and i > 0 and _same_block(e, trace[i - 1], "free_completed"):
+            e["category"] = trace[i - 1]["category"]
+        else:
+            e["category"] = UNKNOWN
+            unknown = True
+    for addr, block in end:
+        size = block.get("requested_size") or block.get("size")
+        block["category"] = _role(roles.end, addr, size) or live.get(addr) or _role(roles.start, addr, size) or OTHER
+    if not unknown:  # a marker for the moment of the snapshot: not a block, so of no category
+        trace.append({"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": end_us, "category": UNKNOWN})
+
+
+def _same_block(segment: dict[str, Any], block: dict[str, Any], action: str) -> bool:
+    """Whether a segment event is exactly the one block of its neighbour ``block`` (the CPU
+    route's segments always are): then it is drawn in that block's category."""
+    return (
+        block.get("action") == action
+        and block.get("addr") == segment.get("addr")
+        and block.get("size") == segment.get("size")
+    )
+
+
+def label_snapshot(snap: dict[str, Any], index: int, roles: Roles, end_us: int) -> None:
+    """``label`` device ``index`` of a snapshot: its trace and its end state's allocated blocks."""
+    end = []
+    for seg in snap.get("segments", []):
+        if seg.get("device") != index:
+            continue
+        addr = seg["address"]
+        for block in seg["blocks"]:
+            if block.get("state") == "active_allocated":
+                end.append((addr, block))
+            addr += block["size"]
+    label(snap["device_traces"][index], end, roles, end_us)
+
+
+def _role(storages: Storages, addr: Any, size: Any) -> str | None:
+    seen = storages.get(addr)
+    return seen[1] if seen is not None and seen[0] == size else None
+
+
+def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) -> dict[int, str]:
+    """Trace index of each allocation a role was seen in while it was alive -> that role."""
+    if not wanted:
+        return {}
+    events: dict[int, list[tuple[int, str, int, int]]] = defaultdict(list)  # addr -> (index, action, size, t)
+    for i, e in enumerate(trace):
+        addr = e.get("addr")
+        if addr in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):
+            events[addr].append((i, e["action"], e.get("size"), e.get("time_us", -1)))
+    found: dict[int, str] = {}
+    for addr, seq in events.items():
+        for n, (i, action, size, born) in enumerate(seq):
+            if action != "alloc":
+                continue
+            freed = next((t for _, a, _, t in seq[n + 1 :] if a != "alloc"), None)
+            role = None
+            if freed is None:
+                role = _role(roles.end, addr, size)
+            for t, seen in roles.timed:
+                if role is None and born <= t and (freed is None or t <= freed):
+                    role = _role(seen, addr, size)
+            if role is not None:
+                found[i] = role
+    return found
+
+
+def totals(pairs: list[tuple[Any, int]]) -> dict[str, int] | None:
+    """Bytes per category of ``(category, bytes)`` pairs, in ``ORDER`` then the largest other
+    names (at most ``OTHER_NAMES``; the rest count as ``unknown``); None when no pair has a
+    category (a file nobody labelled). A name that is not text counts as ``unknown``."""
+    sums: dict[str | None, int] = {}
+    labelled = False
+    for category, size in pairs:
+        labelled = labelled or category is not None
+        # only text is hashed: a file's deep tuple or colliding ints would cost a crash or minutes
+        key = category if type(category) is str or category is None else ""
+        sums[key] = sums.get(key, 0) + size
+    if not labelled:
+        return None
+    named: dict[str, int] = {}
+    for category, size in sums.items():
+        key = category_name(category)
+        named[key] = named.get(key, 0) + size
+    others = sorted((c for c in named if c not in ORDER), key=lambda c: (-named[c], c))
+    for extra in others[OTHER_NAMES:]:
+        named[UNKNOWN] = named.get(UNKNOWN, 0) + named.pop(extra)
+    ranked = [c for c in ORDER if c in named] + sorted(others[:OTHER_NAMES])
+    return {c: named[c] for c in ranked}

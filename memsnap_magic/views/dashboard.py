@@ -1,0 +1,473 @@
+"""The dashboard: per-step overview, view control, and one step's detail, from stock ipywidgets.
+
+It reads the session and never touches torch. Plots are PNGs in ``Image`` widgets, so they
+update in place, survive in saved widget state, and need no custom JavaScript of ours: clicks and
+hovers on the overview come from ipyevents (a small, maintained widget library) in the PNG's own
+pixels, and ``pointing`` maps them to steps. Displayed, the dashboard also carries a still copy
+(an ``image/png`` and a text table) for reopened notebooks and frontends without widgets.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import weakref
+from typing import Any
+
+import ipywidgets as w
+from ipyevents import Event
+
+from ..core.names import run_label
+from ..recording.process_state import STATE
+from ..results.intervals import Interval
+from ..results.session import Session, busiest
+from . import charts
+from .pointing import bar_in_column, column_at, position_at
+from .text import (
+    bar_figures,
+    blocks_table,
+    caveats,
+    compare_runs,
+    count_of,
+    headline,
+    interval_table,
+    oom_report,
+    ranks_figures,
+    usage_line,
+)
+
+ALL_RANKS = "all"
+CUMULATIVE_MEANS = (
+    "cumulative: what each snapshot would hold if the history were never cleared, every earlier "
+    "step included (the ever-growing files memsnap avoids)"
+)
+VIEW_MEANS = {  # the caption under the view buttons: what the view chosen shows
+    "interval": "per interval: each step's own snapshot, from a fresh history: its peak over its start, "
+    "and what it kept",
+    "cumulative": CUMULATIVE_MEANS,
+    "both": "both: each step's own peak beside what a never-cleared snapshot would hold by then",
+    "categories": "by category: each step's peak split into parameters, gradients, optimizer state, "
+    "activations and other",
+}
+POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
+RUN_FINDINGS = 4  # runs whose findings the header lists when runs are compared
+_VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
+
+
+class Dashboard:
+    """Overview of every step, a view control, and the selected step's timeline and top blocks."""
+
+    def __init__(self, session: Session | None = None) -> None:
+        self.session = session if session is not None else STATE.session
+        labels = {"description_width": "70px"}  # both controls' labels line up
+        self.view = w.ToggleButtons(
+            options=list(_VIEW_LABELS.items()),
+            value="interval",
+            description="view",
+            style=dict(labels, button_width="110px"),
+        )
+        self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
+        self.group = w.Dropdown(
+            description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
+        )
+        self.view_help = w.HTML(layout=w.Layout(margin="0 0 0 76px"))
+        self.step = w.Dropdown(description="step", style=labels)
+        self.run = w.Dropdown(description="run", layout=w.Layout(display="none", width="240px"), style=labels)
+        small = w.Layout(width="32px")
+        self.prev = w.Button(icon="chevron-left", tooltip="previous step", layout=small)
+        self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
+        self.follow = w.Checkbox(value=True, description="follow newest", indent=False)
+        self.header = w.HTML()
+        self.header.add_class("memsnap-headline")
+        self.overview = w.Image(format="png")
+        self.readout = w.HTML(f"<small style='opacity:0.75'>{POINT_HINT}</small>")
+        self.readout.add_class("memsnap-readout")
+        self.error = w.HTML()
+        self.detail = w.Image(format="png")
+        self.usage = w.HTML()
+        self.blocks = w.HTML()
+        self.root = w.VBox(
+            [
+                w.HTML(f"<style>{THEME_CSS}</style>"),
+                self.header,
+                w.HBox([self.view, self.group], layout=w.Layout(flex_flow="row wrap")),
+                self.view_help,
+                self.overview,
+                self.readout,
+                # wraps in a narrow output (a side bar open) instead of scrolling sideways
+                w.HBox([self.run, self.step, self.prev, self.next, self.follow], layout=w.Layout(flex_flow="row wrap")),
+                self.error,
+                self.detail,
+                self.usage,
+                self.blocks,
+            ]
+        )
+        self.root.add_class("memsnap-dashboard")
+        self.root.layout.align_items = "flex-start"
+        # images follow the output's width (up to a size where the text is already large); their
+        # PNGs carry 2x the pixels, so text stays sharp
+        for image in (self.overview, self.detail):
+            image.layout = w.Layout(width="100%", max_width=MAX_WIDTH, height="auto", margin="6px 0")
+        self.overview_fig: Any = None
+        self.detail_fig: Any = None
+        self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
+        self._overview_png = b""
+        self._drawn: tuple[str, list[Interval]] = ("no steps yet", [])  # the still copy's words and rows, as drawn
+        self._updating = False
+        self._shown_step: int | None = None  # the step number on show, kept when the run changes
+        self.findings: list[str] = []  # the headline's lines
+        self.view.observe(lambda _: self._draw_overview(), "value")
+        self.group.observe(lambda _: self.refresh(), "value")
+        self.run.observe(lambda _: self.refresh(), "value")
+        self.step.observe(self._on_step, "value")
+        self.prev.on_click(lambda _: self._move(-1))
+        self.next.on_click(lambda _: self._move(1))
+        self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
+        # clicks and leaving at once; moves at most every 80 ms (each is a round trip to the kernel)
+        self._events = [
+            Event(source=self.overview, watched_events=["click", "mouseleave"]),
+            Event(source=self.overview, watched_events=["mousemove"], wait=80, throttle_or_debounce="throttle"),
+        ]
+        for event in self._events:
+            event.on_dom_event(self._on_pointer)
+        self.superseded = False
+        self._still: Any = None  # the display handle of the still copy, once displayed
+        self.session.subscribe(self._on_session)
+        previous = STATE.live_dashboard() if STATE.live_dashboard is not None else None
+        if previous is not None and previous is not self:
+            previous.supersede()
+        STATE.live_dashboard = weakref.ref(self)  # weakly: a dashboard nobody shows may go
+        self.refresh(newest=True)
+
+    def _on_session(self, _: Session) -> None:
+        """A step added, or the session reset: then the step picked is gone, and the next one
+        recorded is shown (following the newest again)."""
+        if not self.session.intervals and not self.follow.value:
+            self.follow.value = True  # which refreshes
+            return
+        self.refresh(newest=self.follow.value)
+
+    def _on_step(self, _: Any) -> None:
+        if not self._updating:  # the user picked a step: stay on it as new steps arrive
+            with self.follow.hold_trait_notifications():
+                self.follow.value = self.step.value == self._newest(self.shown())
+        self._draw_step()
+
+    def _on_pointer(self, event: dict[str, Any]) -> None:
+        """A click on a step's bar opens it; hovering shows its figures; leaving, the hint."""
+        kind, x, y = event.get("event"), event.get("dataX"), event.get("dataY")
+        iv = self._bar_at(x, y) if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+        if kind == "click" and iv is not None:
+            if iv.run != self.run.value:
+                self.run.value = iv.run  # a compared run's bar: open that run
+            self.step.value = self.shown().index(iv)
+        elif kind == "mousemove" and iv is not None:
+            if self.group.value == ALL_RANKS:
+                self.readout.value = ranks_figures([i for i in self._run_intervals() if i.step == iv.step])
+            else:
+                compared = len(self.session.runs) > 1
+                self.readout.value = (
+                    f"run <b>{html.escape(run_label(iv.run))}</b> · " if compared else ""
+                ) + bar_figures(iv)
+        elif kind in ("mousemove", "mouseleave"):
+            self.readout.value = f"<small style='opacity:0.75'>{POINT_HINT}</small>"
+
+    def _bar_at(self, x: float, y: float) -> Interval | None:
+        """The interval whose bar (or column) is under pixel (x, y) of the overview's PNG."""
+        compared = self._compared()
+        if not compared:
+            shown = self.shown()
+            i = column_at(self.overview_fig, x, y, len(shown))
+            return shown[i] if i is not None else None
+        steps = sorted({iv.step for _, ivs in compared for iv in ivs})
+        position = position_at(self.overview_fig, x, y)
+        i = column_at(self.overview_fig, x, y, len(steps))
+        if position is None or i is None:
+            return None
+        _, ivs = compared[bar_in_column(position, len(compared))]
+        return next((iv for iv in ivs if iv.step == steps[i]), None)
+
+    def _move(self, by: int) -> None:
+        if self.step.value is not None:
+            self.step.value = min(max(self.step.value + by, 0), len(self.step.options) - 1)
+
+    def supersede(self) -> None:
+        """Stop redrawing and leave a static copy, marked: a newer dashboard is the live one."""
+        if self.superseded:
+            return
+        self.superseded = True
+        self.session.unsubscribe(self._on_session)
+        for event in self._events:
+            event.close()
+        steps = [iv.step for iv in self.shown()]
+        note = w.HTML("<i>superseded by a newer dashboard" + (f" · as of step {steps[-1]}" if steps else "") + "</i>")
+        still = w.Image(value=self._overview_png, format="png", layout=self.overview.layout)
+        self._update_still()
+        old = self.root.children
+        self.root.children = (note, still)
+        for widget in old:
+            _close_all(widget)
+
+    # which intervals are on screen
+    def _run_intervals(self, run: str | None = None) -> list[Interval]:
+        run = self.run.value if run is None else run
+        return [iv for iv in self.session.intervals if iv.run == run]
+
+    def groups(self) -> list[tuple[int, str]]:
+        seen: dict[tuple[int, str], None] = {}
+        for iv in self._run_intervals():
+            seen.setdefault((iv.rank, iv.device), None)
+        return list(seen)
+
+    def shown(self, run: str | None = None) -> list[Interval]:
+        """The selected run's intervals of one rank; with "all ranks", per step the rank with
+        the highest peak."""
+        key, ivs = self.group.value, self._run_intervals(run)
+        if key == ALL_RANKS:
+            return busiest(ivs)
+        return [iv for iv in ivs if key is None or (iv.rank, iv.device) == key]
+
+    def _compared(self) -> list[tuple[str, list[Interval]]]:
+        """(label, intervals) of every run, on the shown rank, when several runs are compared."""
+        runs = self.session.runs
+        if len(runs) < 2 or self.group.value == ALL_RANKS:
+            return []
+        return [(run.label, self.shown(name)) for name, run in runs.items()]
+
+    @staticmethod
+    def _comparisons(label: str, compared: list[tuple[str, list[Interval]]]) -> list[str]:
+        """The shown run against each other, always earlier run → later one (the order they
+        began in, ``compared``'s), so a fix recorded after reads as before → after whichever
+        run is selected."""
+        names = [name for name, _ in compared]
+        mine = dict(compared)[label]
+        lines = []
+        for name, other in compared:
+            if name == label:
+                continue
+            pair = (label, mine, name, other) if names.index(label) > names.index(name) else (name, other, label, mine)
+            if (line := compare_runs(*pair)) is not None:
+                lines.append(line)
+        return lines
+
+    def selected(self) -> Interval | None:
+        ivs = self.shown()
+        return ivs[self.step.value] if self.step.value is not None and self.step.value < len(ivs) else None
+
+    def _newest(self, ivs: list[Interval]) -> int | None:
+        """Where in ``ivs`` the interval recorded last is (steps are in step order, and a cell may
+        record an earlier step than those before it), or its step (another rank shown); None
+        when it is not among them (another run)."""
+        last = self.session.last
+        if last is None:
+            return None
+        for n, iv in enumerate(ivs):
+            if iv is last:
+                return n
+        return next((n for n, iv in enumerate(ivs) if (iv.run, iv.step) == (last.run, last.step)), None)
+
+    def refresh(self, newest: bool = False) -> None:
+        """Re-read the session: new steps extend the overview; ``newest`` selects the last step."""
+        if self._updating:
+            return
+        self._updating = True
+        try:
+            runs = list(self.session.runs)
+            self.run.options = [(run_label(r), r) for r in runs]
+            last = self.session.last
+            if newest and last is not None and last.run in runs:
+                self.run.value = last.run  # following the newest step, into its run
+            elif runs and self.run.value not in runs:
+                self.run.value = runs[-1]
+            self.run.layout.display = "" if len(runs) > 1 else "none"
+            groups = self.groups()
+            keys: list[Any] = [ALL_RANKS] * (len(groups) > 1) + groups
+            self.group.options = [("all ranks" if k == ALL_RANKS else f"rank {k[0]} · {k[1]}", k) for k in keys]
+            if keys and self.group.value not in keys:
+                self.group.value = keys[0]
+            self.group.layout.display = "" if len(groups) > 1 else "none"
+            ivs = self.shown()
+            keep = self.step.value
+            same = [n for n, iv in enumerate(ivs) if iv.step == self._shown_step]  # another run's same step
+            if same and not newest:
+                keep = same[0]
+            tagged = len({iv.tag for iv in ivs}) > 1
+            self.step.options = [
+                (f"{iv.step}" + (f" {iv.tag}" if tagged else "") + (f" ({iv.error})" if iv.error else ""), n)
+                for n, iv in enumerate(ivs)
+            ]
+            if ivs:
+                if newest or keep is None or keep >= len(ivs):
+                    at = self._newest(ivs)
+                    self.step.value = len(ivs) - 1 if at is None else at
+                else:
+                    self.step.value = keep
+        finally:
+            self._updating = False
+        self._draw_step()
+
+    def _draw_overview(self) -> None:
+        ivs = self.shown()
+        header = f"<b>memsnap</b> · {count_of(len(ivs), 'step')}"
+        compared = self._compared()
+        if self.group.value == ALL_RANKS:
+            header += f" · {len(self.groups())} ranks/devices"
+            self.overview_fig = self._figs["ranks"] = charts.ranks_figure(
+                self._run_intervals(), selected=self.step.value, fig=self._figs.get("ranks")
+            )
+            lines: list[str] = []
+        elif compared:
+            label = run_label(self.run.value)
+            header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
+            # every run's findings, the selected one's first: a leak in another run stays in view
+            ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
+            lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
+            lines += self._comparisons(label, compared)
+            at = self.selected()
+            steps = sorted({iv.step for _, group in compared for iv in group})
+            mark = None
+            if at is not None:
+                mark = ([name for name, _ in compared].index(label), steps.index(at.step))
+            self.overview_fig = self._figs["runs"] = charts.runs_figure(
+                compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
+            )
+        else:
+            lines = [headline(ivs)] if ivs else []
+            self.overview_fig = self._figs["overview"] = charts.overview_figure(
+                ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
+            )
+        self.view_help.value = f"<small style='opacity:0.75'>{html.escape(VIEW_MEANS[self.view.value])}</small>"
+        self.findings = lines  # the headline's lines, for the still copy too
+        # what the picture shows, in words, as drawn: a superseded copy keeps them after a reset
+        as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"
+        if compared:
+            as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
+        self._drawn = (as_of, list(self.session.intervals if compared else ivs))  # tabled when the copy is
+        self.header.value = header + "".join(f"<br>{html.escape(line)}" for line in lines)
+        self._overview_png = charts.png(self.overview_fig)
+        self.overview.value = self._overview_png
+        self._update_still()
+
+    def _draw_step(self) -> None:
+        if self._updating:
+            return
+        iv = self.selected()
+        self._shown_step = iv.step if iv is not None else None
+        at, last = self.step.value, len(self.step.options) - 1
+        self.prev.disabled, self.next.disabled = at is None or at <= 0, at is None or at >= last  # at the ends
+        self.detail.layout.display = "none" if iv is None else ""  # an empty image shows as broken
+        if iv is None:
+            self.detail_fig = None
+            self.detail.value = b""
+            self.error.value = ""
+            self.blocks.value = ""
+            self.usage.value = ""
+            self._draw_overview()
+            return
+        oom = oom_report(iv)
+        self.error.value = (
+            f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
+            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error or 'nothing')}</b>"
+            f" — the snapshot shows memory up to the failure" + (f"<br>{html.escape(oom)}" if oom else "") + "</div>"
+            if iv.error or oom
+            else ""
+        )
+        self.detail_fig = self._figs["detail"] = charts.detail_figure(
+            iv, fig=self._figs.get("detail"), name_rank=len({rank for rank, _ in self.groups()}) > 1
+        )
+        self.detail.value = charts.png(self.detail_fig)
+        self.blocks.value = blocks_table(iv, recorded_before(iv, self._run_intervals(iv.run)))
+        lines = [*caveats(iv), usage_line(iv)]
+        self.usage.value = "<br>".join(f"<small>{html.escape(line)}</small>" for line in lines if line)
+        self._draw_overview()  # the selected step is outlined there
+
+    def close(self) -> None:
+        """Close the widgets; the session then stops updating this dashboard."""
+        self.session.unsubscribe(self._on_session)
+        for event in self._events:
+            event.close()
+        _close_all(self.root)
+
+    def _ipython_display_(self) -> None:
+        """The live widget, and beside it a still copy (the overview and the table) kept current
+        through a display id: a notebook reopened without its kernel, or exported, shows the copy
+        (JupyterLab saves no widget state by default and does not fall back to a widget output's
+        image). While the widget is live, CSS hides the copy."""
+        from IPython.display import display
+
+        display(self._widget_bundle(), raw=True)
+        self._still = display(self._still_bundle(), raw=True, display_id=True)
+
+    def _widget_bundle(self) -> dict[str, Any]:
+        bundle = self.root._repr_mimebundle_()
+        bundle["text/plain"] = "memsnap dashboard (live while its kernel runs; a still copy follows)"
+        return bundle
+
+    def _still_bundle(self) -> dict[str, Any]:
+        png = base64.b64encode(self._overview_png).decode("ascii")
+        as_of, rows = self._drawn
+        table = interval_table(rows)
+        state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
+        findings = "".join(f"<div>{html.escape(line)}</div>" for line in self.findings)
+        return {
+            "text/html": (
+                f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
+                f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
+                f"{state}</div>{findings}"
+                f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}' "
+                f"alt='memsnap overview: peak, kept and snapshot size per step'>"
+                # columns stay columns: monospace wherever it lands (nbconvert styles pre otherwise),
+                # long paths scroll instead of wrapping mid-word
+                "<pre style='font-size:smaller;font-family:monospace;white-space:pre;overflow-x:auto'>"
+                f"{html.escape(table)}</pre></div>"
+            ),
+            "image/png": png,
+            "text/plain": "\n".join([f"memsnap {as_of}", *self.findings, table]),
+        }
+
+    def _update_still(self) -> None:
+        if self._still is not None:
+            self._still.update(self._still_bundle(), raw=True)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """For callers that format instead of displaying: the widget with the still copy's image."""
+        bundle = self.root._repr_mimebundle_(**kwargs)
+        bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
+        bundle["text/plain"] = interval_table(self.session.intervals)
+        return bundle
+
+
+STILL = "memsnap-still"
+MAX_WIDTH = "1100px"  # the figures' 11-pt text is 26 px there
+# PNGs bake their colours in and the kernel cannot know the theme: in a dark theme (JupyterLab's
+# attribute, VS Code's class) the pictures are inverted, hues turned back, so they are dark with
+# light text instead of glaring white boxes. The selected view button takes the theme's brand colour.
+_DARK = ("body[data-jp-theme-light='false']", "body.vscode-dark")
+THEME_CSS = (
+    ", ".join(f"{d} .memsnap-dashboard img, {d} .{STILL} img" for d in _DARK)
+    + " {filter: invert(0.9) hue-rotate(180deg);} "
+    + ".memsnap-dashboard .widget-toggle-button.mod-active {background: var(--jp-brand-color1, #1976d2);"
+    + " color: var(--jp-ui-inverse-font-color1, #fff); font-weight: bold;}"
+)
+# The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
+_HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
+
+
+def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
+    """The intervals of ``iv``'s rank and device recorded before it, oldest first: by when their
+    snapshots were taken (a lower step may have run later), else in step order."""
+    same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
+    if iv.end_us is not None and all(e.end_us is not None for e in same):
+        return sorted((e for e in same if e.end_us < iv.end_us), key=lambda e: e.end_us)
+    return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
+
+
+def _close_all(widget: w.Widget) -> None:
+    for child in getattr(widget, "children", ()):
+        _close_all(child)
+    widget.close()
+
+
+def dashboard(session: Session | None = None) -> Dashboard:
+    """The dashboard of the current session; display it (``%memsnap show`` does)."""
+    return Dashboard(session)
