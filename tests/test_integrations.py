@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_models import LEAK, PlantedFailure, hf_model, hf_trainer, lightning_fit, lightning_module
+from tiny_models import (
+    LEAK,
+    PlantedFailure,
+    hf_model,
+    hf_trainer,
+    lightning_fit,
+    lightning_module,
+    two_optimizer_module,
+)
 
 from memsnap_magic import cli
 from memsnap_magic.scan import read_run
@@ -329,3 +337,25 @@ def test_lightning_training_ends_exactly_as_without_the_callback(tmp_path: Path)
     _, recorded = pl_run(tmp_path / "memsnap")
     ours, theirs = recorded.state_dict(), plain.state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_lightning_two_optimizers_are_both_labelled_and_a_batch_is_one_file(tmp_path: Path) -> None:
+    """Manual optimization stepping two optimizers per batch: trainer.global_step counts two steps
+    per batch; each batch is recorded whole, as the step it began, and a listed step inside it is
+    said once."""
+    out = tmp_path / "memsnap"
+    module = two_optimizer_module()
+    callback = pl_memsnap.MemsnapCallback(steps=[1, 2, 3], out=str(out), wait=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lightning_fit(module, [callback], steps=6)
+    said = [str(w.message) for w in caught if "memsnap" in str(w.message)]
+    assert said == [
+        "memsnap: MemsnapCallback: the batch of step 1 also made optimizer step 2: a batch is recorded whole, "
+        "in the file of the step it began"
+    ]
+    intervals = read_run([out])
+    assert [iv.step for iv in intervals] == [1, 3]
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    for iv in intervals:  # AdamW's two moments of every parameter, of both optimizers, and 4 step counters
+        assert iv.by_category is not None and iv.by_category["optimizer_state"] == 2 * params + 4 * 4

@@ -161,3 +161,33 @@ def lightning_fit(module: Any, callbacks: Sequence[Any] = (), steps: int = 6, ac
     )
     trainer.fit(module, data)
     return trainer
+
+
+def two_optimizer_module() -> Any:
+    """A LightningModule with manual optimization stepping two AdamW optimizers per batch (a GAN's
+    shape): each batch is two optimizer steps as ``trainer.global_step`` counts them."""
+    import lightning.pytorch as L
+
+    class Two(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.first = torch.nn.Linear(SEQ, 256)
+            self.second = torch.nn.Linear(256, SEQ)
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            (ids,) = batch
+            x = ids.float()
+            one, two = self.optimizers()
+            loss = self.second(self.first(x)).pow(2).mean()
+            one.zero_grad()
+            two.zero_grad()
+            self.manual_backward(loss)
+            one.step()
+            two.step()
+
+        def configure_optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+            return torch.optim.AdamW(self.first.parameters()), torch.optim.AdamW(self.second.parameters())
+
+    torch.manual_seed(0)
+    return Two()

@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from types import CodeType
 from typing import Any
@@ -61,6 +62,7 @@ class StepRecording:
         self.step: int | None = None  # the step being recorded
         self._thread: threading.Thread | None = None
         self._codes: frozenset[CodeType] = frozenset()  # the framework's frames around the step
+        self.where: tuple[str, int] | None = None  # the user's line that started training
         self._told: set[str] = set()
 
     def begin(
@@ -74,7 +76,7 @@ class StepRecording:
             self.unfinished()
         if step not in self.steps:
             return
-        where, self._codes = _places(self.frameworks)
+        self.where, self._codes = _places(self.frameworks)
         try:
             keywords = {"device": device, "rank": rank, **self.options}
             options = opts.from_keywords(self.prog, None, step=step, **keywords)
@@ -85,10 +87,10 @@ class StepRecording:
             else:  # several (a GAN's), or none: found there, each labelled
                 namespace = {f"optimizer_{n}": o for n, o in enumerate(optimizers)}
             recorder = Recorder(options=options, namespace=namespace, **given)
-            recorder.where = where  # our warnings point at the user's line that started training
+            recorder.where = self.where  # our warnings point at the user's line that started training
             recorder.start()
         except Exception as e:  # our failure, or a device we cannot record: never the training's
-            self._say_once(f"memsnap: {self.prog} cannot record step {step}: {type(e).__name__}: {e}", where)
+            self.say_once(f"memsnap: {self.prog} cannot record step {step}: {type(e).__name__}: {e}")
             return
         self.recorder, self.step, self._thread = recorder, step, threading.current_thread()
         _LIVE.add(self)
@@ -116,10 +118,11 @@ class StepRecording:
             tb = tb.tb_next
         return False
 
-    def _say_once(self, message: str, where: tuple[str, int] | None) -> None:
+    def say_once(self, message: str) -> None:
+        """One warning per message and callback, at the user's line that started training."""
         if message not in self._told:
             self._told.add(message)
-            warn(message, where=where)
+            warn(message, where=self.where)
 
 
 def device_name(device: Any) -> str | None:
@@ -173,7 +176,7 @@ def _cell_ended(result: Any = None) -> None:
             recording.unfinished()
 
 
-_WATCHING: list[Any] = []  # the IPython shell whose cells we watch, once registered
+_WATCHING: weakref.WeakSet[Any] = weakref.WeakSet()  # the IPython shells whose cells we watch
 
 
 def _watch_cells() -> None:
@@ -184,7 +187,7 @@ def _watch_cells() -> None:
         return
     with contextlib.suppress(Exception):  # an IPython without events: the other stops remain
         shell.events.register("post_run_cell", _cell_ended)
-        _WATCHING.append(shell)
+        _WATCHING.add(shell)
 
 
 def _at_exit() -> None:

@@ -8,7 +8,9 @@ A step is an optimizer step, numbered from 1 as ``trainer.global_step + 1`` duri
 with ``accumulate_grad_batches=k`` its file holds all k batches. One file per listed step and
 rank (``trainer.global_rank``); parameters, gradients and optimizer state are labelled from the
 LightningModule and the trainer's optimizers. A step that fails (Ctrl-C included) has its file
-written with the exception, from ``on_exception``.
+written with the exception, from ``on_exception``. A batch that steps several optimizers (manual
+optimization) is several steps as ``global_step`` counts them: it is recorded whole, as the step
+it began.
 
 Built on ``lightning.pytorch`` (``pip install "memsnap_magic[lightning]"``); where only the older
 ``pytorch_lightning`` package is installed, on that.
@@ -71,16 +73,23 @@ class MemsnapCallback(Callback):  # type: ignore[misc]
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         # the optimizer stepped in this batch once the trainer counts the step as done; until
         # then (accumulating) the recording goes on into the next batch
-        step = self.recording.step
-        if step is not None and trainer.global_step >= step:
+        step, now = self.recording.step, trainer.global_step
+        if step is not None and now >= step:
             self.recording.end()
+            inside = [s for s in sorted(self.recording.steps) if step < s <= now]
+            if inside:  # several optimizer steps in one batch (manual optimization, two optimizers)
+                self.recording.say_once(
+                    f"memsnap: MemsnapCallback: the batch of step {step} also made optimizer step"
+                    f"{'s' * (len(inside) > 1)} {', '.join(map(str, inside))}: a batch is recorded whole, "
+                    f"in the file of the step it began"
+                )
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self.recording.recorder is not None:
             self.recording.end(exception)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        # still on: training stopped inside an accumulation (should_stop), before its optimizer step
+        # still on: training ended inside a step, before its optimizer stepped
         self.recording.unfinished()
 
 
