@@ -125,7 +125,8 @@ def pytest_runtest_call(item: Any) -> Any:
         else:
             failure = _exceeded(iv, limits, kept_file=keep is not None)
         item._memsnap_failure = failure
-    if keep is None or (excinfo is None and failure is None):
+    skipped = excinfo is not None and issubclass(excinfo[0], pytest.skip.Exception)  # pytest.skip() inside
+    if keep is None or ((excinfo is None or skipped) and failure is None):
         shutil.rmtree(out / run, ignore_errors=True)
 
 

@@ -38,6 +38,11 @@ def test_keeps_too_much():
 def test_fails_on_its_own():
     x = make_big()
     assert x.sum() < 0, "its own failure"
+
+@pytest.mark.limit_torch_memory(peak="1 KiB")
+def test_skips_itself():
+    x = make_big()
+    pytest.skip("not here")
 """
 
 
@@ -54,6 +59,7 @@ def outcomes(result: pytest.RunResult) -> dict[str, str]:
 def test_marked_tests_fail_past_their_limits_naming_the_sites(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_subprocess("-rA", "--strict-markers", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=3, skipped=1)
     assert outcomes(result) == {
         "test_over_its_peak": "FAILED",
         "test_within_its_limits": "PASSED",
@@ -78,9 +84,9 @@ def test_memsnap_out_keeps_the_dumps_of_failing_tests_only(pytester: pytest.Pyte
     pytester.makepyfile(test_suite=SUITE)
     out = pytester.path / "dumps"
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--memsnap-out={out}")
-    result.assert_outcomes(passed=1, failed=3)
-    kept = sorted(p.name for p in out.iterdir())
-    assert len(kept) == 3 and not any("within" in name for name in kept), kept
+    result.assert_outcomes(passed=1, failed=3, skipped=1)
+    kept = sorted(p.name for p in out.iterdir())  # neither the passing test's nor the skipped one's
+    assert len(kept) == 3 and not any("within" in name or "skips" in name for name in kept), kept
     over = read_run([next(out.glob("test_suite.py_test_over_its_peak*"))])
     assert [(iv.step, iv.device, iv.error) for iv in over] == [(1, "cpu", None)]
     assert 16 << 20 <= over[0].peak_increase < (16 << 20) + 1024
