@@ -51,6 +51,14 @@ MODES = ("callback", "recorder", "unlisted", "empty")
 Seen = dict[str, dict[str, list[float]]]  # mode -> {"hooks": seconds per step, "steps": step spans}
 
 
+def recorder_block(step: int, out: str, model: Any, optimizer: Any) -> Any:
+    """The Recorder a user would start by hand around a step, with the options the callbacks use."""
+    from memsnap_magic import Recorder
+
+    recorder = Recorder(step=step, out=out, device="cpu", rank=0, namespace={}, model=model, optimizer=optimizer)
+    return recorder.start()
+
+
 class Times:
     """What the clocks around the callback under test saw: when each step began (the clock before
     it), and how long the callback's start and stop hooks took (between the clock before it and
@@ -79,7 +87,6 @@ def _hf(work: Path, rounds: int) -> Seen:
     from tiny_models import hf_trainer
     from transformers import TrainerCallback
 
-    from memsnap_magic import Recorder
     from memsnap_magic.integrations.transformers import MemsnapCallback
 
     class Clock(TrainerCallback):
@@ -101,17 +108,8 @@ def _hf(work: Path, rounds: int) -> Seen:
             self.out, self.recorder = out, None
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            model, optimizer = kwargs["model"], kwargs["optimizer"].optimizer  # accelerate's wrapper
-            self.recorder = Recorder(
-                step=state.global_step + 1,
-                out=self.out,
-                device="cpu",
-                rank=0,
-                namespace={},
-                model=model,
-                optimizer=optimizer,
-            )
-            self.recorder.start()
+            optimizer = kwargs["optimizer"].optimizer  # under accelerate's wrapper
+            self.recorder = recorder_block(state.global_step + 1, self.out, kwargs["model"], optimizer)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.recorder.stop()
@@ -135,7 +133,6 @@ def _lightning(work: Path, rounds: int) -> Seen:
     import lightning.pytorch as L
     from tiny_models import lightning_fit, lightning_module
 
-    from memsnap_magic import Recorder
     from memsnap_magic.integrations.lightning import MemsnapCallback
 
     class Clock(L.Callback):
@@ -155,16 +152,7 @@ def _lightning(work: Path, rounds: int) -> Seen:
             self.out, self.recorder = out, None
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-            self.recorder = Recorder(
-                step=trainer.global_step + 1,
-                out=self.out,
-                device="cpu",
-                rank=0,
-                namespace={},
-                model=pl_module,
-                optimizer=trainer.optimizers[0],
-            )
-            self.recorder.start()
+            self.recorder = recorder_block(trainer.global_step + 1, self.out, pl_module, trainer.optimizers[0])
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self.recorder.stop()

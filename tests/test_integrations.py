@@ -58,6 +58,16 @@ def pl_run(out: Path, steps: Any = ALL, accumulate: int = 1, **planted: Any) -> 
     return lightning_fit(module, [callback], accumulate=accumulate), module
 
 
+def assert_two_leaks_a_step(out: Path) -> None:
+    """One file per optimizer step, and each leaking step kept both of its micro-batches' leaks:
+    the two were recorded as one step."""
+    intervals = read_run([out])
+    assert [iv.step for iv in intervals] == list(ALL)
+    kept = [iv.kept for iv in intervals]
+    assert all(abs(k - 2 * LEAK) < 256 << 10 for k in kept[2:5]), kept  # two leaks, not one
+    assert headline(intervals).startswith("leak: steps 3–5 each kept +4.0 MiB"), headline(intervals)
+
+
 @pytest.fixture(scope="module")
 def hf_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three recordings of 6 steps: the leaking model, and two of the healthy twin."""
@@ -120,12 +130,7 @@ def test_hf_accumulated_micro_batches_are_one_step(tmp_path: Path) -> None:
     out = tmp_path / "memsnap"
     trainer = hf_run(out, accumulate=2, leak_steps={3, 4, 5})
     assert trainer.state.global_step == 6 and trainer.model.transformer.passes == 12
-    intervals = read_run([out])
-    assert [iv.step for iv in intervals] == list(ALL)
-    # both micro-batches of a leaking step are in its one file: it kept two leaks
-    kept = [iv.kept for iv in intervals]
-    assert all(abs(k - 2 * LEAK) < 256 << 10 for k in kept[2:5]), kept  # two leaks, not one
-    assert headline(intervals).startswith("leak: steps 3–5 each kept +4.0 MiB"), headline(intervals)
+    assert_two_leaks_a_step(out)
 
 
 def test_hf_only_the_listed_steps_are_recorded(tmp_path: Path) -> None:
@@ -301,11 +306,7 @@ def test_lightning_accumulated_batches_are_one_step(tmp_path: Path) -> None:
     out = tmp_path / "memsnap"
     trainer, module = pl_run(out, accumulate=2, leak_steps={3, 4, 5})
     assert trainer.global_step == 6 and module.passes == 12
-    intervals = read_run([out])
-    assert [iv.step for iv in intervals] == list(ALL)
-    kept = [iv.kept for iv in intervals]
-    assert all(abs(k - 2 * LEAK) < 256 << 10 for k in kept[2:5]), kept  # two leaks, not one
-    assert headline(intervals).startswith("leak: steps 3–5 each kept +4.0 MiB"), headline(intervals)
+    assert_two_leaks_a_step(out)
 
 
 def test_lightning_a_step_that_raises_leaves_its_file_with_the_error(tmp_path: Path) -> None:
