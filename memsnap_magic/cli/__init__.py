@@ -5,12 +5,13 @@
     memsnap plot outputs/profile -o memory.png   # the dashboard's overview as a picture
     memsnap plot before=runs/a after=runs/b -o cmp.png   # two runs compared step by step
     memsnap diff step1/x.pickle step5/x.pickle   # what grew between two snapshots, and where
+    memsnap check baseline/ new/ --peak 2% --kept 1MiB   # exit 1 when a step grew past them
 
 A folder of step folders is a run, named after the folder (or after the run its files were
 recorded into); NAME=PATH names it. Runs are compared, never merged.
 
-Exit status: 0 on success, 2 with a one-line message on bad input (unreadable or unsafe files,
-missing paths, bad options).
+Exit status: 0 on success, 1 when check finds a step past its tolerances, 2 with a one-line
+message on bad input (unreadable or unsafe files, missing paths, bad options).
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ class _Parser(argparse.ArgumentParser):
 def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
-    from ..files.layout import TAG_PATTERN
     from ..results.scan import batches_apart, in_step_order, read_run
     from ..results.session import Session
 
@@ -74,9 +74,9 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     # of one run are refused; the runs come in the order given
     batches: list[tuple[str | None, list[str]]] = []
     for given in paths:
-        named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
-        if named and not Path(given).exists():
-            batches.append((named.group(1), [named.group(2)]))
+        name, path = _named(given)
+        if name is not None:
+            batches.append((name, [path]))
         elif batches and batches[-1][0] is None:
             batches[-1][1].append(given)
         else:
@@ -91,6 +91,16 @@ def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     if skipped:  # a kernel restarted and wrote the step again: said, not silently dropped
         print(skipped_line(skipped), file=sys.stderr)
     return s
+
+
+def _named(given: str) -> tuple[str | None, str]:
+    """``NAME=PATH`` → (NAME, PATH); a path that exists as written is a path, even with "=" in it."""
+    from ..files.layout import TAG_PATTERN
+
+    named = re.fullmatch(rf"({TAG_PATTERN})=(.+)", given)
+    if named and not Path(given).exists():
+        return named.group(1), named.group(2)
+    return None, given
 
 
 Group = tuple[str, int, str]  # run, rank, device: the steps a leak is looked for across
@@ -259,6 +269,56 @@ def cmd_diff(args: argparse.Namespace) -> None:
             print(f"  {fmt_bytes(delta, signed=True):>12}  {site}")
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when every step of NEW is within the tolerances of BASELINE's, 1 when one is not."""
+    from ..results.scan import read_run
+    from ..views.gate import compare, lines, records, unmatched
+
+    runs = []
+    for given, which in ((args.baseline, "BASELINE"), (args.new, "NEW")):
+        name, path = _named(given)
+        loaded = read_run([path], name, sys.stderr.isatty(), args.jobs or default_jobs())  # never empty
+        names = sorted({iv.run for iv in loaded})
+        if len(names) > 1:
+            raise SnapshotError(
+                f"{which} {clean(given)} holds {len(names)} runs ({', '.join(map(clean, names))}): "
+                "give the folder of one run"
+            )
+        runs.append(loaded)
+    verdict = compare(*runs, peak=args.peak, kept=args.kept)
+    if not verdict.checks:
+        raise SnapshotError(f"{clean(args.baseline)} and {clean(args.new)} share no step (same step, rank and device)")
+    if args.json:
+        json.dump(_unicode_all(records(verdict)), sys.stdout, indent=1, allow_nan=False)
+        print()
+    else:
+        several = len({(c.rank, c.device) for c in verdict.checks}) > 1
+        for line in unmatched(verdict):
+            print(clean(line), file=sys.stderr)
+        for line in lines(verdict, several):
+            print(clean(line))
+    return 1 if verdict.failed else 0
+
+
+def _unicode_all(value: Any) -> Any:
+    """``_unicode`` through lists and dicts."""
+    if isinstance(value, dict):
+        return {k: _unicode_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unicode_all(v) for v in value]
+    return _unicode(value)
+
+
+def _tolerance(text: str) -> Any:
+    """``--peak`` / ``--kept``: a share (``2%``) or bytes (``1MiB``)."""
+    from ..views.gate import parse_tolerance
+
+    try:
+        return parse_tolerance(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _count(text: str) -> int:
     """``--top``: a whole number, 0 or more."""
     return _whole(text, 0)
@@ -338,6 +398,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="the later snapshot")
     p.add_argument("--top", type=_count, default=10, help="how many allocation sites to list")
     p.set_defaults(run=cmd_diff)
+    p = sub.add_parser(
+        "check",
+        help="exit 1 when a step of NEW grew past BASELINE's",
+        description="Compare two runs step by step (same step, rank and device): exit 0 when every "
+        "step's peak and what it kept are within the tolerances of the baseline's, 1 when one is not "
+        "(each such step on a line: the growth, the allocation site that grew most and what held it), "
+        "2 on bad input. A tolerance is bytes (1MiB) or a share (2%: of the baseline step's peak for "
+        "--peak, of its start for --kept).",
+    )
+    p.add_argument("baseline", help="the baseline run: a folder, a file or NAME=PATH")
+    p.add_argument("new", help="the run to check, as BASELINE")
+    p.add_argument("--peak", type=_tolerance, default="2%", help="how much a step's peak may grow (default: 2%%)")
+    p.add_argument(
+        "--kept", type=_tolerance, default="1MiB", help="how much more a step may keep at its end (default: 1MiB)"
+    )
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N", help="processes reading snapshots")
+    p.set_defaults(run=cmd_check)
     return parser
 
 
@@ -361,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        args.run(args)
+        status = args.run(args)  # None, or check's 1 when a step grew past its tolerance
         sys.stdout.flush()
     except BrokenPipeError:  # `memsnap summarize ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
@@ -375,7 +453,7 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"memsnap: {one_line(f'{e.filename or args.command}: {e.strerror or e}')}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":
