@@ -114,12 +114,20 @@ import importlib, os, pkgutil, sys
 import memsnap_magic
 env = dict(os.environ)
 os.umask(0o027)
+frameworks = []  # the integrations import the framework they serve (and it torch), and only then
 for info in pkgutil.walk_packages(memsnap_magic.__path__, "memsnap_magic."):
-    if info.name != "memsnap_magic.__main__":
+    if info.name.startswith("memsnap_magic.integrations."):
+        frameworks.append(info.name)
+    elif info.name != "memsnap_magic.__main__":
         importlib.import_module(info.name)
 assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
 assert os.umask(0o022) == 0o027
 assert "torch" not in sys.modules
+for name in frameworks:  # each imports, or says in one line which extra installs what it needs
+    try:
+        importlib.import_module(name)
+    except ImportError as e:
+        assert 'pip install "memsnap_magic[' in str(e) and chr(10) not in str(e), e
 print("ok")
 """
     import subprocess
