@@ -1235,15 +1235,14 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
     from memsnap_magic.files.writer import Writer
     from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
     from memsnap_magic.recording.backends.cpu.backend import CpuBackend
-    from memsnap_magic.results import intervals
-    from memsnap_magic.results import labels as categories
+    from memsnap_magic.results import intervals, labels
 
     backend = AcceleratorBackend if plan.device == "cuda" else CpuBackend
     return [
         (backend, "usage"),
         (backend, "snapshot_marked"),
         (backend, "allocator_peak"),
-        (categories, "label_snapshot"),
+        (labels, "label_snapshot"),
         (layout, "stamp"),
         (intervals, "digest"),
         (backend, "end"),

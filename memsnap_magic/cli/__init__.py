@@ -30,7 +30,15 @@ from typing import Any, NoReturn
 from ..core.clean import clean, one_line
 from ..core.errors import SnapshotError
 from ..core.names import run_label
-from ..results.scan import default_jobs
+from ..files.layout import TAG_PATTERN
+from ..files.snapshot import load_snapshot
+from ..results.alive import alive_at
+from ..results.analysis import summarize
+from ..results.findings import leak_sites
+from ..results.intervals import UNREADABLE, unreadable
+from ..results.scan import batches_apart, default_jobs, in_step_order, read_run
+from ..results.session import Session, busiest
+from ..results.stacks import site_bytes
 from ..views.text import files_phrase, fmt_bytes, interval_table, skipped_line, step_list
 
 _RECORD_KEYS = (
@@ -57,18 +65,13 @@ _RECORD_KEYS = (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        from ..core.clean import one_line  # argparse quotes what was typed: a file name from a glob, say
-
+        # one line, cleaned: argparse quotes what was typed (a file name from a glob, say)
         self.exit(2, f"memsnap: {one_line(message, 500)} (see memsnap --help)\n")
 
 
 def _session(paths: Sequence[str], jobs: int = 1) -> Any:
     """Every PATH's snapshots; ``NAME=PATH`` puts them in the run NAME (a path that exists as
     written is a path, even with "=" in it)."""
-    from ..files.layout import TAG_PATTERN
-    from ..results.scan import batches_apart, in_step_order, read_run
-    from ..results.session import Session
-
     # paths in a row without a name are read together, as %memsnap load reads them: files without
     # a step are numbered on across them (a.pickle b.pickle are steps 1 and 2), and two folders
     # of one run are refused; the runs come in the order given
@@ -98,8 +101,6 @@ Group = tuple[str, int, str]  # run, rank, device: the steps a leak is looked fo
 
 def _leak_sites(s: Any) -> tuple[list[Group], list[tuple[Group, Any]]]:
     """The session's groups, and the leak sites flagged in each (findings.leak_sites)."""
-    from ..results.findings import leak_sites
-
     groups: dict[Group, list[Any]] = {}
     for iv in s.intervals:
         groups.setdefault((iv.run, iv.rank, iv.device), []).append(iv)
@@ -167,8 +168,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from ..results.session import busiest
-    from ..views.charts import overview_figure, png, ranks_figure, runs_figure
+    from ..views import charts  # here: matplotlib loads for a picture only, not for summarize
 
     _check_output(args.output)
     s = _session(args.paths, args.jobs or default_jobs())
@@ -177,14 +177,14 @@ def cmd_plot(args: argparse.Namespace) -> None:
     how = ""
     if len(runs) > 1:
         # one bar per run and step: of several ranks, the one with the highest peak
-        fig = runs_figure([(run.label, busiest(run.intervals)) for run in runs.values()], view=args.view)
+        fig = charts.runs_figure([(run.label, busiest(run.intervals)) for run in runs.values()], view=args.view)
         if any(len({(iv.rank, iv.device) for iv in run.intervals}) > 1 for run in runs.values()):
             how = "; each step of a run from its rank with the highest peak"
     elif several:
-        fig = ranks_figure(s.intervals)
+        fig = charts.ranks_figure(s.intervals)
     else:
-        fig = overview_figure(s.intervals, view=args.view)
-    data = png(fig)
+        fig = charts.overview_figure(s.intervals, view=args.view)
+    data = charts.png(fig)
     with open(args.output, "wb") as f:
         f.write(data)
     print(f"memsnap: wrote {clean(args.output)} ({files_phrase(s.intervals)}{how})")
@@ -203,12 +203,6 @@ def _check_output(path: str) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> None:
-    from ..files.snapshot import load_snapshot
-    from ..results.alive import alive_at
-    from ..results.analysis import summarize
-    from ..results.intervals import UNREADABLE, unreadable
-    from ..results.stacks import site_bytes
-
     for path in (args.a, args.b):
         if os.path.isdir(path):
             raise SnapshotError(

@@ -11,6 +11,7 @@ files never mix; a folder of step folders is a run, named after the folder.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SnapshotError, excerpt
+from .compact import Compact
 from .schema import MAX_INDEX
 
 LAYOUT = "<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle"  # where snapshot_path puts a step, in words
@@ -229,10 +231,6 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
     the CPU route none). ``marks``: ``(start_us, mark)`` of each step the snapshot holds, in
     order (several where a ``clear=false`` history went on): an entry takes the mark of the last
     step begun by its time. One string object per step: the pickle stores each once."""
-    import bisect
-
-    from .compact import Compact
-
     trace = snap["device_traces"][index]
     if type(trace) is Compact and trace.marked:  # built marked: only what was added since
         trace = trace[trace.marked :]

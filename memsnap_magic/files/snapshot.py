@@ -27,7 +27,9 @@ from typing import Any, BinaryIO
 from ..core.errors import SnapshotError, excerpt
 from ..core.nogc import no_gc
 from .compact import complete
+from .layout import Meta
 from .schema import validate
+from .writer import wait_for_writes
 
 __all__ = ["MAX_FILE_BYTES", "PROTOCOL", "SnapshotError", "dump_snapshot", "load_snapshot", "max_file_bytes"]
 
@@ -72,8 +74,6 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     ``max_bytes``: refuse larger files before reading them (default ``max_file_bytes()``).
     A file this process is still writing in the background is read once written.
     """
-    from .writer import wait_for_writes
-
     wait_for_writes()
     if not os.fspath(path):  # Path("") is the working directory: an unset $FILE, not a wish
         raise SnapshotError("'': no such file (an empty path)")
@@ -126,8 +126,6 @@ def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
         raise SnapshotError(f"{path}: {e}") from None
     except Exception as e:  # a check that could not run is a file we cannot vouch for
         raise SnapshotError(f"{path}: cannot be checked ({type(e).__name__}: {_one_line(e)})") from None
-    from .layout import Meta
-
     try:  # our own block too: a file every reader would refuse is refused here
         Meta.from_snapshot(snap)
     except SnapshotError as e:

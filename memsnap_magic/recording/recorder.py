@@ -19,10 +19,19 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..core.devices import trace_index
+from ..core.errors import excerpt
+from ..core.names import run_label, shown_path
 from ..core.nogc import no_gc
 from ..core.warn import blamed_on, caller_outside, warn
+from ..files import layout, snapshot
+from ..files.layout import MAX_STEP, META_KEY, Meta, exception_name, snapshot_path, step_mark
+from ..files.writer import WRITER
+from ..results import intervals, labels
+from . import backends
 from . import options as opts
 from .process_state import STATE, ChainSteps
+from .roles import Watch, training_objects, weakly
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +40,6 @@ if TYPE_CHECKING:
     from ..results.session import Session
     from .backends import Backend
     from .backends.base import Names
-    from .roles import Watch
 
 
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
@@ -74,8 +82,6 @@ def _step_number(step: Any) -> int:
     if type(step) is not bool and "bool" not in str(getattr(step, "dtype", "")):  # True is not step 1
         with contextlib.suppress(TypeError):
             return operator.index(step)  # ints and numpy's; never a float truncated
-    from ..core.errors import excerpt
-
     what = f"{type(step).__name__} {excerpt(step)}"
     raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
 
@@ -137,8 +143,6 @@ class Recorder:
     ) -> None:
         # model=/optimizer= as objects (a script's locals); as names they are options like the rest
         # held weakly, as the namespace's models are: `del model` inside the block frees it there
-        from .roles import weakly
-
         self._given = {
             k: weakly(keywords.pop(k))
             for k in ("model", "optimizer")
@@ -187,8 +191,6 @@ class Recorder:
         Inside a block that already records the same device (a ``Recorder`` in a ``%%memsnap``
         cell, a nested cell) this one records nothing and says so once: one history per device.
         """
-        from ..files.writer import WRITER
-
         # this block's line (a recorder used again: its new block's), unless the magic pinned its own
         ours = self.where is None or self._where_ours
         here = caller_outside(__file__) if ours else self.where
@@ -197,8 +199,6 @@ class Recorder:
             return self._start(here, ours)
 
     def _start(self, here: tuple[str, int] | None, ours: bool) -> Recorder:
-        from . import backends
-
         o = self.options
         try:
             # before the body can change directory; joined, not normalised: link/.. is where the link leads
@@ -239,8 +239,6 @@ class Recorder:
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
-            from ..core.names import run_label
-
             why = (
                 "a steps= loop records each listed step from a fresh history"
                 if self.steps is not None
@@ -336,8 +334,6 @@ class Recorder:
 
     def _next_step(self) -> int:
         """The step after the run's highest, which a file loaded into it may have set."""
-        from ..files.layout import MAX_STEP
-
         run = self.options.run
         step = self.session.next_step(run or "")
         if step >= MAX_STEP:
@@ -507,8 +503,6 @@ class Recorder:
 
     def _training_objects(self) -> tuple[list[Any], list[Any]]:
         """The models and optimizers whose tensors the dump labels: named, given, else found."""
-        from .roles import training_objects
-
         o, found = self.options, {}
         for key in ("model", "optimizer"):
             name = getattr(o, key)
@@ -545,8 +539,6 @@ class Recorder:
 
     def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch:
         """A watch over the models and optimizers ``training`` (found again when not given)."""
-        from .roles import Watch, training_objects
-
         if training is None:
             training = self._training_objects()
         named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
@@ -593,8 +585,6 @@ class Recorder:
             )
             return
         end_us = time.time_ns() // 1000
-        from ..files.layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
-
         # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
         this_step, chained = step_mark(step, o.run), STATE.chain_steps.get(backend.device)
         try:
@@ -604,10 +594,6 @@ class Recorder:
             if watch is not None:  # its hooks come off the optimizers whatever happens next
                 self._quietly(watch.detach)
         allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
-
-        from ..core.devices import trace_index
-        from ..files.writer import WRITER
-        from ..results.intervals import digest, interval_from_digest
 
         if snap is None:
             self._quietly(backend.end, keep=False)
@@ -622,11 +608,9 @@ class Recorder:
         if roles is not None and before.timed:
             roles.timed[:0] = before.timed
         if roles:
-            from ..results.labels import label_snapshot
-
-            self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
+            self._quietly(labels.label_snapshot, snap, trace_index(backend.device), roles, end_us)
         marks = [*before.marks, (self._began_us, this_step)]
-        self._quietly(stamp, snap, trace_index(backend.device), marks)
+        self._quietly(layout.stamp, snap, trace_index(backend.device), marks)
         if keep:
             timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed
             timed = [(t, seen) for t, seen in timed if seen]
@@ -652,10 +636,10 @@ class Recorder:
         snap[META_KEY] = meta.to_dict()
         path: Path = snapshot_path(self._out or o.out, step, o.tag, self._rank, o.run)
         try:
-            d = self._quietly(digest, snap)
+            d = self._quietly(intervals.digest, snap)
         finally:
             self._quietly(backend.end, keep=keep)
-        iv = self._quietly(interval_from_digest, d, path, run=o.run or "") if d is not None else None
+        iv = self._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
         if o.wait or iv is None:
             self._write_now(snap, path, d, iv)
         if iv is not None:
@@ -689,12 +673,10 @@ class Recorder:
 def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None) -> str | None:
     """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
     one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written."""
-    from ..core.names import shown_path
-    from ..files.snapshot import dump_snapshot
-    from ..files.summaries import write_beside
+    from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
 
     try:
-        dump_snapshot(snap, path)
+        snapshot.dump_snapshot(snap, path)
         size = path.stat().st_size
     except Exception as e:
         if interval is not None:
@@ -706,7 +688,7 @@ def write_files(snap: dict[str, Any], path: Path, d: dict[str, Any] | None, inte
     if d is None:
         return None
     try:
-        write_beside(path, d)
+        summaries.write_beside(path, d)
     except Exception as e:  # readers recompute what a summary would have said
         return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
     return None

@@ -25,12 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core.categories import MODEL_STATE, OTHER
+from .intervals import HELD_SITES, Interval, holds
 from .measures import Figures
-
-if TYPE_CHECKING:
-    from .intervals import Interval
 
 MiB = 1 << 20
 FLOOR = MiB  # below this no step leaks or spikes, whatever its start
@@ -91,8 +90,6 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
     """Each step as the rules read it: as it is, or, where its history went on from the step
     before (that step had ``clear=false``), from that step's end, with only the bytes per site
     it added."""
-    from .intervals import holds
-
     out: list[Any] = []
     for n, iv in enumerate(intervals):
         prev = intervals[n - 1] if n else None
@@ -111,8 +108,6 @@ def leaked(iv: Any) -> int:
     """What a step kept that may be a leak: all it kept, or, where its file says what each block
     was, no more than what it made and kept besides parameters, gradients and optimizer state
     (AdamW's first step keeps its state and the gradients: no leak)."""
-    from ..core.categories import MODEL_STATE, OTHER
-
     parts = getattr(iv, "by_category", None)
     if not parts:
         return iv.kept
@@ -153,8 +148,6 @@ def _consecutive(positions: Sequence[int]) -> list[list[int]]:
 
 def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
     """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
-    from .intervals import HELD_SITES
-
     own = own_figures(intervals)
     ends = [_held(iv, HELD_SITES) for iv in own]
     before, after = _neighbours_in_time(intervals)

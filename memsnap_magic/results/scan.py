@@ -19,6 +19,7 @@ from typing import Any
 from ..core.errors import SnapshotError
 from ..core.warn import warn_once
 from ..files.layout import find_snapshots, step_folder
+from ..files.writer import wait_for_writes
 from .intervals import Interval, digest_file, interval_from_digest
 from .stacks import cell_numbers, know_cells
 
@@ -57,8 +58,7 @@ def read_intervals(
     does: a script that asks for them guards its code with ``if __name__ == "__main__":``.
     The first bad file in order raises, whichever process read it. Files this process is
     still writing are waited for first."""
-    from ..files import summaries
-    from ..files.writer import wait_for_writes
+    from ..files import summaries  # here: numpy loads with the first read, not with %load_ext
 
     wait_for_writes()
     files = find_snapshots(paths)

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator
 
+from ..core.categories import ORDER
 from .chartkit import (
     FONT,
     TITLE_FONT,
@@ -222,8 +223,6 @@ def _size_panel(ax: Any, labels: Sequence[str]) -> None:
 
 
 def _category_names(intervals: Sequence[Any]) -> list[str]:
-    from ..core.categories import ORDER
-
     names = [c for c in ORDER if any((iv.by_category_at_peak or {}).get(c) for iv in intervals)]
     return names + sorted({c for iv in intervals for c in (iv.by_category_at_peak or {})} - set(names))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import ipywidgets as w
 from ipyevents import Event
+from IPython.display import display
 
 from ..core.names import run_label
 from ..recording.process_state import STATE
@@ -387,8 +388,6 @@ class Dashboard:
         through a display id: a notebook reopened without its kernel, or exported, shows the copy
         (JupyterLab saves no widget state by default and does not fall back to a widget output's
         image). While the widget is live, CSS hides the copy."""
-        from IPython.display import display
-
         display(self._widget_bundle(), raw=True)
         self._still = display(self._still_bundle(), raw=True, display_id=True)
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from unicodedata import combining, east_asian_width
 
 from ..core.clean import clean
 from ..core.names import run_label, shown_path
 from ..recording.backends import backend_class
+from ..results.findings import FLOOR, born_in, leak_sites, leaks, spikes
+from ..results.intervals import Interval
 from ..results.stacks import frame_lines
-
-if TYPE_CHECKING:
-    from ..results.intervals import Interval
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -129,8 +129,6 @@ def _columns(text: str) -> int:
     """The terminal columns ``text`` takes: wide characters (a run named 日本) take two."""
     if text.isascii():
         return len(text)
-    from unicodedata import combining, east_asian_width
-
     return sum(2 if east_asian_width(c) in "WF" else 0 if combining(c) else 1 for c in text)
 
 
@@ -156,8 +154,6 @@ def number_list(numbers: Sequence[int]) -> str:
 
 def headline(intervals: Sequence[Interval]) -> str:
     """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
-    from ..results.findings import FLOOR, leak_sites, leaks, spikes
-
     steps = [iv.step for iv in intervals]
     parts = []
     runs = leaks(intervals, steps)
@@ -386,8 +382,6 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
     Blocks of one size from one site are one row ("5 × 32.0 MiB"); a block live before the step
     is dated by ``earlier`` (the steps before it, same rank and device) where one of them made
     it. The "allocated by" column is left out when no block has a stack; why is said below."""
-    from ..results.findings import born_in
-
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     reasons: list[str] = []
     for b in iv.top_blocks:

@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -31,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ....core.nogc import no_gc
 from ....core.warn import warn_once
+from ....files.snapshot import proc_bytes
+from ....files.writer import WRITER
 from ...options import DEFAULTS
 from ...process_state import STATE
 from ..base import Backend, BackendError, Names
@@ -81,8 +84,6 @@ def _spool() -> int:
     with contextlib.suppress(Exception):
         return os.memfd_create("memsnap-stderr")
     with contextlib.suppress(Exception):
-        import tempfile
-
         fd, path = tempfile.mkstemp(prefix="memsnap-stderr-")
         os.unlink(path)
         return fd
@@ -234,8 +235,6 @@ class _Profiler:
         if events < FREE_HERE:
             self.spent.clear()
             return
-        from ....files.writer import WRITER
-
         self._wait_for_release()
         spent, self.spent = self.spent, []
         done = threading.Event()
@@ -670,8 +669,6 @@ def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int]
 
 def _available_bytes() -> int | None:
     """Memory a new allocation could still get (Linux ``MemAvailable``), where the system says."""
-    from ....files.snapshot import proc_bytes
-
     available = proc_bytes("/proc/meminfo", b"MemAvailable:")
     if available is not None:
         return available

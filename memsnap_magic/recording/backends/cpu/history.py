@@ -15,12 +15,16 @@ older reader; the tests compare them, with and without the tracer).
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Iterator
 from itertools import chain, compress, repeat
 from operator import attrgetter, countOf, is_, itemgetter, not_
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ....core.devices import KINDS
 from ....core.nogc import no_gc
 from ....files.compact import Compact, expand
 from ....files.layout import MARK_KEY
@@ -272,8 +276,6 @@ def _silent_frees(
     storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
     if not blocks:
         return {}, set()
-    import numpy as np
-
     events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
     times = events[:, 0]
     allocs = np.flatnonzero(events[:, 2] > 0)
@@ -312,11 +314,7 @@ def _silent_frees(
 def _other_devices_may_allocate() -> bool:
     """Whether an accelerator in this process may have reported allocations to the profiler too
     (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""
-    import sys
-
     import torch
-
-    from ....core.devices import KINDS
 
     for kind in KINDS:
         module = getattr(torch, kind, None) if kind != "cpu" else None  # torch.npu: once torch_npu is in
