@@ -30,7 +30,7 @@ from ..recording.process_state import STATE
 from ..recording.recorder import Recorder, mark
 from ..results.intervals import holds
 from ..results.scan import default_jobs, read_run
-from ..views.text import describe, interval_table, loaded_line
+from ..views.report import describe, interval_table, loaded_line
 from .execute import CellCode, drop_own_frame
 
 

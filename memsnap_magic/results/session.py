@@ -46,6 +46,15 @@ def busiest(intervals: Iterable[Interval]) -> list[Interval]:
     return [top[step] for step in sorted(top)]
 
 
+def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
+    """The intervals of ``iv``'s rank and device recorded before it, oldest first: by when their
+    snapshots were taken (a lower step may have run later), else in step order."""
+    same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
+    if iv.end_us is not None and all(e.end_us is not None for e in same):
+        return sorted((e for e in same if e.end_us < iv.end_us), key=lambda e: e.end_us)
+    return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
+
+
 def _key(iv: Interval) -> tuple[Any, ...]:
     return (iv.run, iv.step, iv.rank, iv.device, iv.tag)
 

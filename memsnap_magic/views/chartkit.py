@@ -22,7 +22,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, MaxNLocator
 from matplotlib.transforms import Bbox
 
 from .canvas import TextCacheCanvas
-from .text import fmt_bytes
+from .words import fmt_bytes
 
 BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
 # Pictures follow the output's width, so what matters is text size relative to figure width.
@@ -242,3 +242,36 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
             color=color,
         )
         ax.update_datalim([(worst, values[worst] * 1.25)])  # room for the label inside the frame
+
+
+# The figures' names and colours, shared by the overview (charts) and the step's timeline.
+VIEWS = ("interval", "cumulative", "both", "categories")
+# categories (see categories.ORDER); steps recorded without them are drawn whole, in grey
+CATEGORY_COLORS = {
+    "parameter": "#4e79a7",
+    "gradient": "#f28e2c",
+    "optimizer_state": "#59a14f",
+    "activation": "#e15759",
+    "other": "#bab0ab",
+    "unknown": "#dcdcdc",
+}
+BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
+THIS_STEP = "this step"
+NEVER_CLEARED = "never cleared"
+AT_START = "live at step start"
+
+# one colour per run (the first is the single-run view's); the step's start in a lighter tint
+RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
+RUNS_TITLES = {
+    "interval": "Runs step by step (light: live at start)",
+    "cumulative": "Runs step by step, never cleared (dashed)",
+    "both": "Runs step by step (light: live at start; dashed: never cleared)",
+    "categories": "Runs step by step, each peak by category",
+}
+OUTLINE = "#444444"  # each run's bar, in the by-category view
+VIEW_TITLES = {
+    "interval": "Per step: each snapshot holds only its own step",
+    "cumulative": "Never cleared: each snapshot would hold every earlier step",
+    "both": "Per step vs never cleared: the gap is old history",
+    "categories": "Per step, what was alive at the peak, by category",
+}
