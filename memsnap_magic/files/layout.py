@@ -254,7 +254,7 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     Inside folders, hidden names (``.name``, files and folders: half-written temporaries among
     them) are skipped, and linked step folders followed (see ``_inside``). A folder that cannot
     be read is an error, as a bad file is: nothing is left out unsaid. A file reached twice
-    (given twice, or in two folders given) is read once by ``scan.read_intervals``."""
+    (given twice, or in two folders given) is read once by ``results.scan.read_intervals``."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)

@@ -110,7 +110,7 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
 def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
     try:
         with _memory_cap(size), no_gc():  # a snapshot is a tree: the collector's passes find nothing to free
-            snap = _NoGlobals(f).load()
+            snap: dict[str, Any] = _NoGlobals(f).load()  # checked by validate below
     except pickle.UnpicklingError as e:
         raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
     except MemoryError:
@@ -188,7 +188,7 @@ def _on_deep_stack(read: Callable[[], dict[str, Any]], size: int) -> dict[str, A
     is a tuple nested 300,000 deep (a 300 KB file) recurses in C past a thread's usual 8 MB and
     kills the process. Files past ~4 MB get the largest stack, 1 GiB of address space (touched
     only as deep as the file nests): a file nesting deeper than ~20 million levels stays a risk."""
-    result: list[Any] = []
+    result: list[dict[str, Any] | BaseException] = []
 
     def run() -> None:
         try:

@@ -1,4 +1,4 @@
-"""Summary files: what an interval keeps of a snapshot (``intervals.digest``) as small, versioned
+"""Summary files: what an interval keeps of a snapshot (``results.intervals.digest``) as small, versioned
 JSON, so a folder read again costs milliseconds instead of unpickling every file in full.
 
 The recorder writes ``<file>.summary.json`` beside each of its dumps. Every other snapshot's
@@ -25,7 +25,7 @@ The format (``VERSION`` 4), one JSON object::
      "oom": {"requested", "site", "device_free", "allocated", "by_category", "sites"} | null,
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
 
-Bytes are requested bytes, as in ``intervals.Interval``; the timeline is decimated (at most a few
+Bytes are requested bytes, as in ``results.intervals.Interval``; the timeline is decimated (at most a few
 thousand points) and stored as differences. ``VERSION`` goes up whenever what a summary holds, or
 how any of it is computed, changes: summaries of another version are recomputed without a word.
 """
@@ -231,7 +231,7 @@ class _Stale(Exception):
 
 
 def encode(d: dict[str, Any], st: os.stat_result, path: str | None = None) -> dict[str, Any]:
-    """``d`` (an ``intervals.digest``) as the summary file's JSON object."""
+    """``d`` (a ``results.intervals.digest``) as the summary file's JSON object."""
     obj: dict[str, Any] = {"format": FORMAT, "version": VERSION, "snapshot": fingerprint(st)}
     if path is not None:
         obj["path"] = path
@@ -260,7 +260,7 @@ def decode(obj: Any, st: os.stat_result, path: str | None = None) -> dict[str, A
         if not check(value):
             raise Malformed(f"its {key} is not {check.__doc__}: {excerpt(value, 80)}")
     d.update((key, obj[key]) for key in FIELDS)
-    born = obj.get("born")
+    born: Any = obj.get("born")
     if not list_of(born, pair):
         raise Malformed(f"its born is not a list of [address, size]: {excerpt(born, 80)}")
     d["born"] = dict(map(tuple, born))

@@ -1,7 +1,7 @@
 """IPython glue: ``%%memsnap`` (record one cell) and ``%memsnap`` (configure, list, load, stop).
 
-Thin on purpose: options come from ``options``, the work from ``recorder``, the cell runs through
-``execute`` exactly as IPython would run it, words come from ``text``. A new ``%memsnap``
+Thin on purpose: options come from ``recording.options``, the work from ``recording.recorder``, the
+cell runs through ``execute`` exactly as IPython would run it, words come from ``views.report``. A new ``%memsnap``
 subcommand is one method and one row of ``COMMANDS``; help and errors follow from the table.
 """
 
@@ -83,11 +83,12 @@ class MemsnapMagics(Magics):
         if cell is None:
             return self._line(line)
         __tracebackhide__ = True
+        shell: Any = self.shell  # the shell that registered us
         opts = _parse(options.parse, line, STATE.session.defaults, "%%memsnap")
-        code = CellCode(self.shell, f"%%memsnap {line}".rstrip(), cell)
+        code = CellCode(shell, f"%%memsnap {line}".rstrip(), cell)
         if opts.steps is not None:  # offered again after a %reset emptied the namespace
-            self.shell.user_ns.setdefault("mark", mark)
-        recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
+            shell.user_ns.setdefault("mark", mark)
+        recorder = Recorder(options=opts, namespace=shell.user_ns, report=_print_report)
         recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
         try:
             started = self._start(recorder)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..core.warn import WARNED, warn
 from ..files.writer import wait_for_writes
@@ -19,15 +19,7 @@ from ..results.session import Session
 
 if TYPE_CHECKING:
     from .backends.base import Backend
-
-
-class Marked(Protocol):
-    """What ``mark()`` needs of a running ``Recorder``."""
-
-    steps: tuple[int, ...] | None
-    _backend: Backend | None
-
-    def mark_step(self, step: int) -> None: ...
+    from .recorder import Recorder  # which imports this module
 
 
 @dataclass
@@ -46,7 +38,7 @@ _MAKING = threading.Lock()
 class State:
     def __init__(self) -> None:
         self._session: Session | None = None
-        self.active: list[Marked] = []  # the Recorders running now, innermost last
+        self.active: list[Recorder] = []  # the Recorders running now, innermost last
         self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
         self.recording_kinds: dict[str, str] = {}  # accelerator kind -> the device whose history it records
         self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ..core.devices import trace_index
 from ..core.errors import excerpt
@@ -35,6 +35,7 @@ from .roles import Watch, training_objects, weakly
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import FrameType
 
     from ..results.intervals import Interval
     from ..results.session import Session
@@ -90,7 +91,7 @@ def _current_task() -> Any:
     """The asyncio task running now in this thread, or None (asyncio not in use)."""
     asyncio = sys.modules.get("asyncio")
     loop = asyncio._get_running_loop() if asyncio is not None else None  # None, not an error, without one
-    return asyncio.current_task(loop) if loop is not None else None
+    return asyncio.current_task(loop) if asyncio is not None and loop is not None else None
 
 
 def describe_recorder(recorder: Any) -> str:
@@ -320,12 +321,12 @@ class Recorder:
                 stacklevel=2,
             )
         finally:
-            if not keep and mine and backend.recording:
+            if not keep and mine and backend is not None and backend.recording:
                 self._quietly(backend.end, keep=False)
             watch, self._watch = self._watch, None  # a Ctrl-C in mark() left one unfinished: its hook comes off
             if watch is not None:
                 self._quietly(watch.detach)
-            if mine:  # which run a history left on goes on with
+            if mine and backend is not None:  # which run a history left on goes on with
                 if backend.recording:
                     STATE.chains[backend.device] = self.options.run or ""
                 else:
@@ -361,7 +362,7 @@ class Recorder:
     def __enter__(self) -> Recorder:
         return self._enter()
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if not self._exit_unrecorded():
             self.stop(exc)
         return False
@@ -370,7 +371,7 @@ class Recorder:
         """``async with Recorder(step=N): await ...``: what a ``%%memsnap`` cell cannot await."""
         return self._enter()
 
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if not self._exit_unrecorded():
             self.stop(exc)
         return False
@@ -477,7 +478,7 @@ class Recorder:
         code = self._caller_code
         if code is None:
             return self.namespace
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code is not code:
             frame = frame.f_back
         if frame is None:  # it has returned (a recorder made in a helper): its locals are gone
@@ -643,12 +644,12 @@ class Recorder:
         if o.wait or iv is None:
             self._write_now(snap, path, d, iv)
         if iv is not None:
-            before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
+            last = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
             # a full ring dropped the oldest entries: its baseline is the window's start, not the
             # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
             followed = self.steps is not None and bool(self.intervals)
-            if before is not None and not iv.overflowed and not followed:
-                iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
+            if last is not None and not iv.overflowed and not followed:
+                iv.moved_since, iv.moved = last[0], iv.baseline_allocated - last[1]
             if cleared:
                 STATE.last_end[backend.device] = (step, iv.end_allocated)
             previous = self.session.previous(iv)

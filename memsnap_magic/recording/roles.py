@@ -25,7 +25,7 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
     import torch
 
     # a dict subclass's own values() is not run (a namespace given to a Recorder may be one)
-    values = list(dict.values(namespace) if issubclass(type(namespace), dict) else namespace.values())
+    values = list(dict.values(namespace) if issubclass(type(namespace), dict) else namespace.values())  # type: ignore[arg-type]  # a dict there
     # by type(): isinstance would read a proxy's __class__, running its code
     modules = [v for v in values if issubclass(type(v), torch.nn.Module)]
     optimizers = [v for v in values if issubclass(type(v), torch.optim.Optimizer)]

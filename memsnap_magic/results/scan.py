@@ -14,7 +14,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core.errors import SnapshotError
 from ..core.warn import warn_once
@@ -96,9 +96,10 @@ def read_intervals(
     finally:
         if bar is not None:
             bar.close()
+    read_all = cast("list[dict[str, Any]]", digests)  # each None was read above, or raised
     return [
         interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
-        for n, (p, st, d) in enumerate(zip(files, stats, digests))
+        for n, (p, st, d) in enumerate(zip(files, stats, read_all))
     ]
 
 

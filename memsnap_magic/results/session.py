@@ -1,6 +1,6 @@
 """The session: runs of intervals and the cumulative figures a never-cleared recording would show.
 
-The process-wide one is ``memsnap_magic.session()`` (kept in ``state``); the CLI builds its own.
+The process-wide one is ``memsnap_magic.session()`` (kept in ``recording.process_state``); the CLI builds its own.
 Intervals belong to runs: the cells a kernel records without ``run=`` form the session's own run
 (named ""), ``run=NAME`` cells and loaded files form named ones. A step is replaced only within
 its run, and cumulative figures never reach across runs.
@@ -51,7 +51,8 @@ def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
     snapshots were taken (a lower step may have run later), else in step order."""
     same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
     if iv.end_us is not None and all(e.end_us is not None for e in same):
-        return sorted((e for e in same if e.end_us < iv.end_us), key=lambda e: e.end_us)
+        end = iv.end_us
+        return sorted((e for e in same if e.end_us is not None and e.end_us < end), key=lambda e: e.end_us or 0)
     return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
 
 

@@ -51,12 +51,13 @@ class ByteLocator(Locator):
     """Ticks at round binary steps of the final view (1, 2 or 5 × 10ⁿ KiB/MiB/GiB)."""
 
     def __call__(self) -> Sequence[float]:
-        lo, hi = self.axis.get_view_interval()
+        axis: Any = self.axis  # set by matplotlib before it asks for ticks
+        lo, hi = axis.get_view_interval()
         return self.tick_values(lo, hi)
 
     def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
         step = byte_step(max(vmax - vmin, 1.0))
-        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)
+        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)  # type: ignore[return-value]  # an array, as matplotlib's own locators return
 
 
 def byte_axis(ax: Any, from_zero: bool = True) -> None:
@@ -178,7 +179,8 @@ def bars(
     verts = np.stack(
         [np.stack([x0, lo], 1), np.stack([x0, hi], 1), np.stack([x0 + width, hi], 1), np.stack([x0 + width, lo], 1)], 1
     )
-    bars = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=linewidth, label=label)
+    # an (N, 4, 2) array, which PolyCollection takes though its stubs list sequences only
+    bars = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=linewidth, label=label)  # type: ignore[arg-type]
     ax.add_collection(bars)
     ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
     ax.autoscale_view()
@@ -227,7 +229,8 @@ def label_largest(ax: Any, values: Sequence[int], *, color: str, prefix: str = "
     worst = max(range(len(values)), key=values.__getitem__)
     if values[worst] > 0:
         # over an end bar the label runs inwards from the bar's outer edge: centred, it may cross the frame
-        x, ha = (worst, "center")
+        x: float = worst
+        ha = "center"
         if len(values) > 1 and worst == len(values) - 1:
             x, ha = worst + BAR_WIDTH / 2, "right"
         elif len(values) > 1 and worst == 0:

@@ -210,7 +210,7 @@ def _category_names(intervals: Sequence[Any]) -> list[str]:
 
 def _category_bars(
     ax: Any,
-    x: list[float],
+    x: Sequence[float],
     intervals: Sequence[Any],
     names: list[str] | None = None,
     width: float = 0.8,

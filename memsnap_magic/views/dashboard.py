@@ -119,7 +119,7 @@ class Dashboard:
         self.step.observe(self._on_step, "value")
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(1))
-        self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
+        self.follow.observe(lambda change: self.refresh(newest=True) if change["new"] else None, "value")
         # clicks and leaving at once; moves at most every 80 ms (each is a round trip to the kernel)
         self._events = [
             Event(source=self.overview, watched_events=["click", "mouseleave"]),

@@ -16,7 +16,7 @@ from .words import fmt_bytes, step_list
 
 
 def headline(intervals: Sequence[Interval]) -> str:
-    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
+    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``results.findings``)."""
     steps = [iv.step for iv in intervals]
     parts = []
     runs = leaks(intervals, steps)
@@ -51,11 +51,11 @@ def headline(intervals: Sequence[Interval]) -> str:
         parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}")
     found = spikes(intervals, steps)
     if found:
-        top = found[0]
+        spike = found[0]
         more = f" ({len(found) - 1} more)" if len(found) > 1 else ""
         parts.append(
-            f"spike: step {top.step} rose {fmt_bytes(top.rise, signed=True)} over its start "
-            f"(typical {fmt_bytes(top.typical, signed=True)}){more}"
+            f"spike: step {spike.step} rose {fmt_bytes(spike.rise, signed=True)} over its start "
+            f"(typical {fmt_bytes(spike.typical, signed=True)}){more}"
         )
     if not parts and intervals:
         return f"no leak or spike: no step kept over {fmt_bytes(FLOOR)} (or 1 % of its start), no rise stands out"

@@ -52,7 +52,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
     """The ``%memsnap list`` / ``memsnap summarize`` table."""
     if not intervals:
         return "memsnap: no intervals yet (run a %%memsnap cell)"
-    head = (
+    head: tuple[str, ...] = (
         "step",
         "rank",
         "device",
@@ -77,7 +77,7 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         head = ("run", *head)
     rows = [head]
     for iv in intervals:
-        row = (
+        row: tuple[str, ...] = (
             str(iv.step),
             str(iv.rank),
             iv.device,

@@ -3,7 +3,7 @@
 PyTorch has no history recorder for CPU tensors. ``profile_memory=True`` makes the CPU allocator
 report every allocation and free while the profiler runs, with only the user scope enabled (a
 training step costs ~1.1x; a loop of tiny tensors ~10x, all of it the profiler's, and ~2 KB of
-memory per event until the session ends). ``cpu_history`` turns the events into
+memory per event until the session ends). ``history`` turns the events into
 ``alloc``/``free_requested``/``free_completed`` entries and the blocks live at the end into
 segments, so the analysis and memory_viz read CPU dumps like CUDA ones.
 
@@ -223,7 +223,7 @@ class _Profiler:
         config = self._configs[True]
         with contextlib.suppress(Exception), _stderr_caught():
             _prepare_profiler(config, self._activities)
-            _enable_profiler(config, self._activities, self._scopes)
+            _enable_profiler(config, self._activities, self._scopes)  # type: ignore[call-arg]  # torch's stubs lag: scopes
             _disable_profiler()
 
     def release(self) -> None:
@@ -300,7 +300,7 @@ def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[A
     refs = []
     for ptr, storage in storages.items():
         with contextlib.suppress(TypeError):
-            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))
+            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))  # type: ignore[misc]  # a lambda's default
     return refs
 
 
@@ -392,7 +392,7 @@ class CpuBackend(Backend):
         self._cells_seen = -1  # notebook cells begun when the last interval ended (STATE.cells_begun)
 
     @property
-    def recording(self) -> bool:
+    def recording(self) -> bool:  # type: ignore[override]  # read-only: the profiler's state says it
         return self._open or self._gap
 
     @classmethod
@@ -474,12 +474,12 @@ class CpuBackend(Backend):
     def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
         """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
         if self._profiler.running:
-            roots = self._profiler.stop()
-            if roots is None:
+            events = self._profiler.stop()
+            if events is None:
                 self.incomplete = TAKEN_OVER
             else:
                 before = self._history.count
-                self._history.add(roots, held=self._profiler.spent)
+                self._history.add(events, held=self._profiler.spent)
                 self._profiler.events_read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}

@@ -156,8 +156,8 @@ class History:
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
         ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
-        ``compact.complete`` (before the file is written); else it is complete. ``mark``: the
-        ``user_metadata`` of every entry (``layout.stamp``'s, given here where one step is held).
+        ``files.compact.complete`` (before the file is written); else it is complete. ``mark``: the
+        ``user_metadata`` of every entry (``files.layout.stamp``'s, given here where one step is held).
         """
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
