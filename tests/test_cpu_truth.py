@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.recording.backends.cpu.history import STACK_BYTES
+from memsnap_magic.recording.backends.cpu.frames import STACK_BYTES
 from memsnap_magic.recording.process_state import STATE
 from memsnap_magic.results.stacks import frame_lines
 from memsnap_magic.views.explain import blocks_table
