@@ -81,7 +81,3 @@ def _run(args: argparse.Namespace) -> int:
         print(f"memsnap: {one_line(f'{e.filename or args.command}: {e.strerror or e}')}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
