@@ -1242,22 +1242,20 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
     from memsnap_magic.recording import recorder
     from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
     from memsnap_magic.recording.backends.cpu.backend import CpuBackend
-    from memsnap_magic.results import intervals
-    from memsnap_magic.results import labels as categories
-    from memsnap_magic.results import stacks as readable
+    from memsnap_magic.results import intervals, labels, stacks
 
     backend = AcceleratorBackend if plan.device == "cuda" else CpuBackend
     return [
         (backend, "usage"),
         (backend, "snapshot_marked"),
         (backend, "allocator_peak"),
-        (categories, "label_snapshot"),
+        (labels, "label_snapshot"),
         (layout, "stamp"),
         (intervals, "digest"),
         (backend, "end"),
         (intervals, "interval_from_digest"),
         (Writer, "submit"),
-        (readable, "keep_user_frames"),
+        (stacks, "keep_user_frames"),
         (recorder, "_all_cells"),
         (snapshot, "dump_snapshot"),
         (summaries, "write_beside"),

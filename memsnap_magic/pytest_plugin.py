@@ -134,7 +134,7 @@ def _exceeded(iv: Any, limits: dict[str, Any], kept_file: bool) -> str | None:
     """Why the recorded call broke its limits, naming the largest sites; None within them."""
     from .results.stacks import site_bytes
     from .views.gate import top_sites
-    from .views.text import fmt_bytes
+    from .views.words import fmt_bytes
 
     parts = []
     peak = limits.get("peak")

@@ -3,7 +3,9 @@
 # Each runtime dependency "name>=X" is installed as "name==X". torch is the exception: the lowest
 # CPU build this project's machines can install is TORCH_VERSION (default 2.13.0; torch 2.1 exists
 # only as a multi-GB CUDA build on the package index), so that is the floor tested here.
-# Extra arguments go to pytest.
+# Extra arguments go to pytest. The layers' contracts run here too (tests/test_layers.py parses
+# the source); mypy does not: types are checked once, against the stubs scripts/test.sh installs
+# (numpy 1.23's would report its own differences, not ours).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -222,7 +222,7 @@ def test_device_use_beside_the_trace_and_a_step_mark_on_every_entry(shell, fake)
     """free/total and reserved at the start and end (mem_get_info, memory_reserved where the
     module has them), the gap said in words; each entry names its step for memory_viz."""
     from memsnap_magic import load_snapshot
-    from memsnap_magic.views.text import usage_line
+    from memsnap_magic.views.explain import usage_line
 
     GiB = 1 << 30
     fake.device.mem_get_info = lambda i: (80 * GiB - (3 * GiB + fake.current), 80 * GiB)

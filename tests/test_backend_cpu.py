@@ -231,7 +231,7 @@ CELLS = {
 
 def profiled(code: str, ns: dict, stacks: bool = False) -> list:
     """The event tree's roots of a profiler session around ``code``, as the CPU route opens it."""
-    from memsnap_magic.recording.backends.cpu.backend import _Profiler
+    from memsnap_magic.recording.backends.cpu.profiler import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
@@ -273,7 +273,7 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     # instants=False: every node's fields are read, not only those of nodes without duration
     import cpu_reference
 
-    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu import events as cpu_history
     from memsnap_magic.recording.backends.cpu.history import History
 
     chunk, narrow = READINGS[reading]
@@ -336,7 +336,7 @@ FRAMED = {  # allocations of STACK_BYTES or more get frames: in wide levels, in 
 
 @pytest.mark.parametrize("cell", FRAMED)
 def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, monkeypatch):
-    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu import events as cpu_history
     from memsnap_magic.recording.backends.cpu.history import History
 
     ns = training_namespace()
@@ -457,8 +457,8 @@ def test_a_replay_never_has_two_live_blocks_overlap(moves, start_sizes, newest, 
 
 def test_the_warm_up_learns_that_allocations_are_instants(monkeypatch):
     # the tracer's reader reads fields only of nodes without duration, trusting this of PyTorch
-    from memsnap_magic.recording.backends.cpu import history as cpu_history
-    from memsnap_magic.recording.backends.cpu.backend import _Profiler
+    from memsnap_magic.recording.backends.cpu import events as cpu_history
+    from memsnap_magic.recording.backends.cpu.profiler import _Profiler
 
     monkeypatch.setattr(cpu_history, "_INSTANTS", [None])
     _Profiler().warm_up()
@@ -483,7 +483,7 @@ def test_a_session_results_are_freed_in_the_background_before_the_next_starts():
     import threading
 
     from memsnap_magic.files.writer import WRITER, wait_for_writes
-    from memsnap_magic.recording.backends.cpu.backend import _Profiler
+    from memsnap_magic.recording.backends.cpu.profiler import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
@@ -536,7 +536,7 @@ def test_a_cell_hands_its_profiler_results_to_the_writer(shell):
 
 
 def test_a_session_that_grew_the_process_by_a_gb_frees_its_buffers_before_it_is_read(monkeypatch):
-    from memsnap_magic.recording.backends.cpu import backend as cpu
+    from memsnap_magic.recording.backends.cpu import profiler as cpu
 
     profiler = cpu._Profiler()
     profiler.warm_up()

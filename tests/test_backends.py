@@ -15,7 +15,7 @@ from memsnap_magic import session
 from memsnap_magic.core import devices as registry
 from memsnap_magic.recording.backends.base import Backend
 from memsnap_magic.recording.process_state import STATE
-from memsnap_magic.views.text import why_no_frames
+from memsnap_magic.views.explain import why_no_frames
 
 
 class FakeBackend(Backend):

@@ -459,7 +459,7 @@ def _bar_points(img) -> list[tuple[float, float]]:
 
     from PIL import Image
 
-    from memsnap_magic.views.charts import RISE
+    from memsnap_magic.views.chartkit import RISE
 
     box = img.bounding_box()
     shot = Image.open(io.BytesIO(img.screenshot())).convert("RGB")

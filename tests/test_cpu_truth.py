@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.recording.backends.cpu.history import STACK_BYTES
+from memsnap_magic.recording.backends.cpu.frames import STACK_BYTES
 from memsnap_magic.recording.process_state import STATE
 from memsnap_magic.results.stacks import frame_lines
-from memsnap_magic.views.text import blocks_table
+from memsnap_magic.views.explain import blocks_table
 
 MiB = 1 << 20
 
@@ -494,7 +494,7 @@ def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
 
 
 def test_a_table_without_any_stack_drops_the_column(cpu):
-    from memsnap_magic.views.text import blocks_table
+    from memsnap_magic.views.explain import blocks_table
 
     run(cpu, "%%memsnap step=1 context=none\nbig = torch.ones(2**18)")
     table = blocks_table(session().intervals[0])
@@ -507,7 +507,7 @@ def test_the_process_resident_memory_is_kept_beside_the_trace(tmp_path):
 
     from memsnap_magic import Recorder
     from memsnap_magic.files.snapshot import load_snapshot
-    from memsnap_magic.views.text import usage_line
+    from memsnap_magic.views.explain import usage_line
 
     with Recorder(device="cpu", out=tmp_path, step=2, namespace={}, wait=True):
         x = torch.ones(16 << 20)  # noqa: F841  64 MiB: past glibc's largest mmap threshold, fresh pages
@@ -643,7 +643,8 @@ def test_the_first_recorded_step_frees_what_was_made_before_recording_when_it_di
 
 
 def test_a_free_no_event_dates_makes_the_peak_a_stated_bound(cpu):
-    from memsnap_magic.views.text import caveats, describe
+    from memsnap_magic.views.explain import caveats
+    from memsnap_magic.views.report import describe
 
     run(cpu, f"t = torch.ones({MiB})")
     run(cpu, f"%%memsnap step=1\nt.resize_({4 * MiB})")  # the storage lives on; its old block is gone

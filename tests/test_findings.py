@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from memsnap_magic import session
 from memsnap_magic.results.findings import leaks, spikes
 from memsnap_magic.results.intervals import Interval
-from memsnap_magic.views.text import headline, step_list
+from memsnap_magic.views.explain import headline
+from memsnap_magic.views.words import step_list
 
 MiB = 1 << 20
 

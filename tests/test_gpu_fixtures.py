@@ -19,7 +19,8 @@ from memory_viz import replay
 from memsnap_magic import load_snapshot, session, summarize
 from memsnap_magic.results.alive import alive_at
 from memsnap_magic.results.stacks import frame_lines
-from memsnap_magic.views.text import blocks_table, interval_table, why_no_frames
+from memsnap_magic.views.explain import blocks_table, why_no_frames
+from memsnap_magic.views.report import interval_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -182,8 +182,9 @@ def test_stacks_and_times_are_read_as_data(tmp_path, frames, time_us):
     # file's odd values become "?" (frames) or missing (times)
     from memsnap_magic.results.scan import read_interval
     from memsnap_magic.results.stacks import site_bytes
-    from memsnap_magic.views.charts import detail_figure, png
-    from memsnap_magic.views.text import blocks_table
+    from memsnap_magic.views.charts import png
+    from memsnap_magic.views.explain import blocks_table
+    from memsnap_magic.views.timeline import detail_figure
 
     snap = snapshot([*alloc(0x100, 64), *alloc(0x200, 32), *free(0x200, 32)], {0x100: 64})
     snap["device_traces"][0][0].update(frames=frames, time_us=time_us)
@@ -359,7 +360,8 @@ _VALUES = st.one_of(_LEAVES, st.tuples(st.just("ref"), st.sampled_from(_BASE_PAT
 def test_whatever_loads_is_summarised_printed_and_drawn(tmp_path, edits):
     from memsnap_magic.results.scan import read_interval
     from memsnap_magic.results.session import Session
-    from memsnap_magic.views.text import blocks_table, describe, interval_table
+    from memsnap_magic.views.explain import blocks_table
+    from memsnap_magic.views.report import describe, interval_table
 
     snap = _base()
     shared: list = []

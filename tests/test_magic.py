@@ -522,7 +522,7 @@ def test_summary_line_says_when_an_accelerator_saw_no_allocation():
     from dataclasses import replace
 
     from memsnap_magic.results.intervals import Interval
-    from memsnap_magic.views.text import describe
+    from memsnap_magic.views.report import describe
 
     iv = Interval(
         step=1,

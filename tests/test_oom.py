@@ -18,7 +18,8 @@ from memsnap_magic.results.intervals import interval_from_snapshot
 from memsnap_magic.results.scan import read_run
 from memsnap_magic.results.session import Session
 from memsnap_magic.views.dashboard import Dashboard
-from memsnap_magic.views.text import describe, oom_report
+from memsnap_magic.views.explain import oom_report
+from memsnap_magic.views.report import describe
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from memsnap_magic import Recorder, session
-from memsnap_magic.views.text import interval_table
+from memsnap_magic.views.report import interval_table
 
 
 @pytest.mark.parametrize(

@@ -194,7 +194,7 @@ def test_the_dashboard_compares_runs_step_by_step():
     assert "spike: step 5 rose +192.0 MiB" in d.header.value
     # the comparison reads earlier run -> later one whichever is selected: before -> after
     assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
-    from memsnap_magic.views.text import compare_runs
+    from memsnap_magic.views.explain import compare_runs
 
     same = s.runs["after"].intervals
     assert compare_runs("again", same, "after", same) == (
@@ -391,7 +391,7 @@ def test_reset_stops_recording_and_numbering_goes_on_past_the_files_kept(shell, 
 
 def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
     from memsnap_magic.results.findings import leaks
-    from memsnap_magic.views.text import headline
+    from memsnap_magic.views.explain import headline
 
     shell.user_ns["kept"] = []
     shell.run_line_magic("memsnap", "config device=cpu")

@@ -28,7 +28,8 @@ from memsnap_magic.recording.process_state import STATE
 from memsnap_magic.recording.recorder import Recorder
 from memsnap_magic.results import intervals, scan
 from memsnap_magic.results.scan import read_intervals
-from memsnap_magic.views.text import blocks_table, describe, interval_table
+from memsnap_magic.views.explain import blocks_table
+from memsnap_magic.views.report import describe, interval_table
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from memsnap_magic.results.intervals import Interval
 from memsnap_magic.results.session import Session
 from memsnap_magic.results.stacks import frame_lines
-from memsnap_magic.views.charts import AT_START, NEVER_CLEARED, THIS_STEP
+from memsnap_magic.views.chartkit import AT_START, NEVER_CLEARED, THIS_STEP
 from memsnap_magic.views.dashboard import Dashboard
-from memsnap_magic.views.text import blocks_table
+from memsnap_magic.views.explain import blocks_table
 
 MiB = 1 << 20
 
@@ -88,7 +88,7 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
 
 
 def test_view_control_changes_the_series_drawn(session):
-    from memsnap_magic.views.charts import VIEW_TITLES
+    from memsnap_magic.views.chartkit import VIEW_TITLES
     from memsnap_magic.views.dashboard import CUMULATIVE_MEANS
 
     d = Dashboard(session)
@@ -266,7 +266,7 @@ def test_following_the_newest_means_the_step_recorded_last_not_the_highest(sessi
 
 
 def test_blocks_are_dated_by_the_steps_recorded_before_not_the_lower_steps():
-    from memsnap_magic.views.dashboard import recorded_before
+    from memsnap_magic.results.session import recorded_before
 
     one, twelve, fifteen, other = (interval(n, 0, MiB, 0) for n in (1, 12, 15, 15))
     for iv, end in ((one, 100), (fifteen, 200), (twelve, 300), (other, 50)):
@@ -398,7 +398,7 @@ def test_a_superseded_dashboard_stops_listening_to_the_pointer(session):
 
 @given(st.integers(-(2**50), 2**50))
 def test_bytes_read_as_a_number_under_1000_of_their_unit(n):
-    from memsnap_magic.views.text import fmt_bytes
+    from memsnap_magic.views.words import fmt_bytes
 
     number, unit = fmt_bytes(n).lstrip("-").split()
     assert float(number) < 1000 or unit == "TiB"
@@ -407,7 +407,7 @@ def test_bytes_read_as_a_number_under_1000_of_their_unit(n):
 
 
 def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
-    from memsnap_magic.views.text import fmt_bytes
+    from memsnap_magic.views.words import fmt_bytes
 
     assert fmt_bytes(1048568) == "1.0 MiB" and fmt_bytes(999) == "999 B" and fmt_bytes(1024) == "1.0 KiB"
     # never four digits before the point: a thousand of a unit read as a typo of the next one
@@ -419,7 +419,7 @@ def test_one_step_under_two_tags_is_told_apart(session):
         iv = interval(4, 0, MiB, 0)
         iv.tag = tag
         session.add(iv)
-    from memsnap_magic.views.text import interval_table
+    from memsnap_magic.views.report import interval_table
 
     rows = interval_table(session.intervals).splitlines()
     assert rows[0].split()[:4] == ["step", "rank", "device", "tag"]
@@ -446,7 +446,7 @@ def test_the_interval_table_lines_up_under_wide_run_names():
     import re
     from unicodedata import east_asian_width
 
-    from memsnap_magic.views.text import interval_table
+    from memsnap_magic.views.report import interval_table
 
     wide, narrow = interval(1, MiB, 2 * MiB, MiB), interval(2, MiB, 3 * MiB, MiB)
     wide.run, narrow.run = "日本", "abcdefg"

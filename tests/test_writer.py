@@ -173,7 +173,7 @@ def test_a_deleted_current_directory_costs_only_the_relative_write(tmp_path):
         f"""
         import os, torch
         from memsnap_magic import Recorder, session
-        from memsnap_magic.views.text import interval_table
+        from memsnap_magic.views.report import interval_table
         os.rmdir({str(gone)!r})
         for step, out in ((1, {str(tmp_path / "abs")!r}), (2, "relative")):
             with Recorder(step=step, device="cpu", context="none", out=out, wait=True):

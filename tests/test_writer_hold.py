@@ -35,7 +35,7 @@ def test_a_hold_nobody_releases_lapses_and_a_wait_releases_it():
 
 
 def test_a_cells_file_is_written_after_the_cell(cpu, monkeypatch):
-    from memsnap_magic import _after_cell
+    from memsnap_magic.ipython.extension import _after_cell
     from memsnap_magic.recording import recorder
 
     order = []

@@ -39,7 +39,8 @@ def brief_numbers(numbers: Sequence[int], parts: int = 6) -> str:
 
 def number_list(numbers: Sequence[int]) -> str:
     """Ascending numbers, runs of three or more as ranges: ``1–40, 50, 60, 61``."""
-    parts, start = [], 0
+    parts: list[str] = []
+    start = 0
     for n in range(1, len(numbers) + 1):
         if n == len(numbers) or numbers[n] != numbers[n - 1] + 1:
             run = numbers[start:n]

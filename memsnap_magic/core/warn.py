@@ -8,6 +8,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import Any
 
 BACKGROUND = ("<memsnap background write>", 0)  # where a warning from no line of the user's reads as from
 _BLAMED: ContextVar[tuple[str, int] | None] = ContextVar("memsnap_blamed", default=None)
@@ -47,6 +48,8 @@ def warn(message: str, stacklevel: int = 2, where: tuple[str, int] | None = None
     place instead of the caller ``stacklevel`` up: for what no line of the user's caused.
     Inside ``blamed_on`` its place is the default."""
     where = where if where is not None else _BLAMED.get()
+    module: str | None
+    globals_: dict[str, Any] | None
     try:
         if where is not None:
             (filename, lineno), module, globals_ = where, "memsnap_magic", None

@@ -11,6 +11,7 @@ files never mix; a folder of step folders is a run, named after the folder.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import SnapshotError, excerpt
+from .compact import Compact
 from .schema import MAX_INDEX
 
 LAYOUT = "<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle"  # where snapshot_path puts a step, in words
@@ -240,10 +242,6 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
     the CPU route none). ``marks``: ``(start_us, mark)`` of each step the snapshot holds, in
     order (several where a ``clear=false`` history went on): an entry takes the mark of the last
     step begun by its time. One string object per step: the pickle stores each once."""
-    import bisect
-
-    from .compact import Compact
-
     trace = snap["device_traces"][index]
     if type(trace) is Compact and trace.marked:  # built marked: only what was added since
         trace = trace[trace.marked :]
@@ -267,7 +265,7 @@ def find_snapshots(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     Inside folders, hidden names (``.name``, files and folders: half-written temporaries among
     them) are skipped, and linked step folders followed (see ``_inside``). A folder that cannot
     be read is an error, as a bad file is: nothing is left out unsaid. A file reached twice
-    (given twice, or in two folders given) is read once by ``scan.read_intervals``."""
+    (given twice, or in two folders given) is read once by ``results.scan.read_intervals``."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)

@@ -4,7 +4,7 @@ Every field analysis reads on every entry (action, size, address) is checked for
 so a file that passes can be summarised. Sizes are capped at 2⁴⁸ bytes (beyond any device) and
 every sum of them at 2⁶¹, so nothing overflows the int64 arrays analysis uses. What only a few
 entries are read for (a stack's frames for the table's rows, times for the plot) is checked where
-it is read: ``text`` reads frames defensively, ``analysis`` times. So the check costs a few C-level
+it is read: ``results.stacks`` reads frames defensively, ``results.analysis`` times. So the check costs a few C-level
 passes over the entries, not a walk over every frame.
 
 Pickle's memo lets a few bytes stand for a container used many times (``[trace] * 10**4``).
@@ -86,7 +86,7 @@ def _check_trace(trace: list[Any], d: int) -> None:
     n = len(trace)
     where = f"device_traces[{d}]"
     try:
-        sizes = list(map(dict.get, trace, repeat("size", n)))
+        sizes: list[Any] = list(map(dict.get, trace, repeat("size", n)))  # checked as ints below
     except TypeError:  # dict.get on something that is not a dict
         i = next(i for i, e in enumerate(trace) if type(e) is not dict)
         raise SnapshotError(f"{where}[{i}] is not a dict: {excerpt(trace[i])}") from None
@@ -157,7 +157,7 @@ def _check_segment(seg: dict[str, Any], s: int, check: _Check) -> None:
 
 def _bytes_bound(seg: dict[str, Any]) -> int:
     """The most bytes analysis can count for a segment: its own sum or its blocks', whichever is larger."""
-    blocks = sum(max(b["size"], b.get("requested_size") or 0) for b in seg["blocks"])
+    blocks: int = sum(max(b["size"], b.get("requested_size") or 0) for b in seg["blocks"])  # checked ints
     return max(blocks, seg.get("requested_size") or 0)
 
 

@@ -28,7 +28,9 @@ from typing import Any, BinaryIO
 from ..core.errors import SnapshotError, excerpt
 from ..core.nogc import no_gc
 from .compact import complete
+from .layout import Meta
 from .schema import validate
+from .writer import wait_for_writes
 
 __all__ = ["MAX_FILE_BYTES", "PROTOCOL", "SnapshotError", "dump_snapshot", "load_snapshot", "max_file_bytes"]
 
@@ -73,8 +75,6 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     ``max_bytes``: refuse larger files before reading them (default ``max_file_bytes()``).
     A file this process is still writing in the background is read once written.
     """
-    from .writer import wait_for_writes
-
     wait_for_writes()
     if not os.fspath(path):  # Path("") is the working directory: an unset $FILE, not a wish
         raise SnapshotError("'': no such file (an empty path)")
@@ -111,7 +111,7 @@ def load_snapshot(path: str | os.PathLike[str], *, max_bytes: int | None = None)
 def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
     try:
         with _memory_cap(size), no_gc():  # a snapshot is a tree: the collector's passes find nothing to free
-            snap = _NoGlobals(f).load()
+            snap: dict[str, Any] = _NoGlobals(f).load()  # checked by validate below
     except pickle.UnpicklingError as e:
         raise SnapshotError(f"{path}: not a safe snapshot pickle: {_one_line(e)}") from None
     except MemoryError:
@@ -127,8 +127,6 @@ def _read(f: BinaryIO, path: Path, size: int) -> dict[str, Any]:
         raise SnapshotError(f"{path}: {e}") from None
     except Exception as e:  # a check that could not run is a file we cannot vouch for
         raise SnapshotError(f"{path}: cannot be checked ({type(e).__name__}: {_one_line(e)})") from None
-    from .layout import Meta
-
     try:  # our own block too: a file every reader would refuse is refused here
         Meta.from_snapshot(snap)
     except SnapshotError as e:
@@ -191,7 +189,7 @@ def _on_deep_stack(read: Callable[[], dict[str, Any]], size: int) -> dict[str, A
     is a tuple nested 300,000 deep (a 300 KB file) recurses in C past a thread's usual 8 MB and
     kills the process. Files past ~4 MB get the largest stack, 1 GiB of address space (touched
     only as deep as the file nests): a file nesting deeper than ~20 million levels stays a risk."""
-    result: list[Any] = []
+    result: list[dict[str, Any] | BaseException] = []
 
     def run() -> None:
         try:

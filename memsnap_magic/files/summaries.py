@@ -1,4 +1,4 @@
-"""Summary files: what an interval keeps of a snapshot (``intervals.digest``) as small, versioned
+"""Summary files: what an interval keeps of a snapshot (``results.intervals.digest``) as small, versioned
 JSON, so a folder read again costs milliseconds instead of unpickling every file in full.
 
 The recorder writes ``<file>.summary.json`` beside each of its dumps. Every other snapshot's
@@ -6,7 +6,8 @@ summary (verl's, torchtitan's, or one of ours whose summary is missing or stale)
 ``cache_dir()`` on first read, never written into the user's folders. A summary counts only
 while its snapshot is the file it was made from: the same size, mtime and inode, recorded inside
 it (a snapshot rewritten under the same name is read again). Summary files are untrusted input,
-like snapshots: one that is malformed is ignored with one warning and the snapshot read instead.
+like snapshots: one that is malformed (``summary_fields`` checks each field) is ignored with one
+warning and the snapshot read instead.
 
 The format (``VERSION`` 4), one JSON object::
 
@@ -24,7 +25,7 @@ The format (``VERSION`` 4), one JSON object::
      "oom": {"requested", "site", "device_free", "allocated", "by_category", "sites"} | null,
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
 
-Bytes are requested bytes, as in ``intervals.Interval``; the timeline is decimated (at most a few
+Bytes are requested bytes, as in ``results.intervals.Interval``; the timeline is decimated (at most a few
 thousand points) and stored as differences. ``VERSION`` goes up whenever what a summary holds, or
 how any of it is computed, changes: summaries of another version are recomputed without a word.
 """
@@ -34,10 +35,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 import sys
-from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -48,19 +47,15 @@ from ..core.clean import clean
 from ..core.errors import SnapshotError, excerpt
 from ..core.warn import warn_once
 from .layout import META_KEY, Meta
-from .schema import INT64, MAX_SUM
+from .schema import INT64
 from .snapshot import write_atomically
+from .summary_fields import BYTES, FIELDS, list_of, pair
 
 FORMAT = "memsnap-summary"
 VERSION = 4
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)
-_ITEMS = 1 << 10  # blocks, sites, categories
-# A file's sizes sum to at most MAX_SUM (schema), so a baseline (end + frees - allocations) or a
-# peak lies within three times that: what a digest can hold, and what a summary may.
-_BYTES = 3 * MAX_SUM
-_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,32}(:[0-9]{1,9})?").fullmatch
 
 
 class Malformed(ValueError):
@@ -236,12 +231,12 @@ class _Stale(Exception):
 
 
 def encode(d: dict[str, Any], st: os.stat_result, path: str | None = None) -> dict[str, Any]:
-    """``d`` (an ``intervals.digest``) as the summary file's JSON object."""
+    """``d`` (a ``results.intervals.digest``) as the summary file's JSON object."""
     obj: dict[str, Any] = {"format": FORMAT, "version": VERSION, "snapshot": fingerprint(st)}
     if path is not None:
         obj["path"] = path
     obj["meta"] = d["meta"].to_dict()
-    for key in _FIELDS:
+    for key in FIELDS:
         obj[key] = d[key]
     obj["born"] = [[a, s] for a, s in d["born"].items()]
     for key in ("time_us", "allocated"):
@@ -260,13 +255,13 @@ def decode(obj: Any, st: os.stat_result, path: str | None = None) -> dict[str, A
     if obj.get("snapshot") != fingerprint(st) or (path is not None and obj.get("path") != path):
         raise _Stale
     d: dict[str, Any] = {"meta": Meta.from_snapshot({META_KEY: obj.get("meta")})}
-    for key, check in _FIELDS.items():
+    for key, check in FIELDS.items():
         value = obj.get(key)
         if not check(value):
             raise Malformed(f"its {key} is not {check.__doc__}: {excerpt(value, 80)}")
-    d.update((key, obj[key]) for key in _FIELDS)
-    born = obj.get("born")
-    if not _list(born, _pair):
+    d.update((key, obj[key]) for key in FIELDS)
+    born: Any = obj.get("born")
+    if not list_of(born, pair):
         raise Malformed(f"its born is not a list of [address, size]: {excerpt(born, 80)}")
     d["born"] = dict(map(tuple, born))
     timeline = [_timeline(obj.get(key), key) for key in ("time_us", "allocated")]
@@ -284,104 +279,7 @@ def _timeline(deltas: Any, key: str) -> np.ndarray:
     if not (type(deltas) is list and len(deltas) <= _POINTS and all(type(v) is int for v in deltas)):
         raise Malformed(f"its {key} is not a list of at most {_POINTS:,} ints")
     values = list(accumulate(deltas))
-    low = 0 if key == "time_us" else -_BYTES
+    low = 0 if key == "time_us" else -BYTES
     if values and not (min(values) >= low and max(values) < INT64):
         raise Malformed(f"its {key} leaves the range of {key}")
     return np.asarray(values, dtype=np.int64)
-
-
-# Checks of plain JSON values; each one's docstring says what it allows.
-def _check(doc: str) -> Callable[[Callable[[Any], bool]], Callable[[Any], bool]]:
-    def name(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
-        fn.__doc__ = doc
-        return fn
-
-    return name
-
-
-def _int(v: Any, low: int = 0, high: int = _BYTES) -> bool:
-    return type(v) is int and low <= v <= high
-
-
-def _str(v: Any) -> bool:
-    return type(v) is str and len(v) <= 4096
-
-
-def _text(v: Any) -> bool:
-    """A site or a category: text we cleaned before writing it, so clean as read."""
-    return _str(v) and clean(v, 4096) == v
-
-
-def _list(v: Any, item: Callable[[Any], bool]) -> bool:
-    return type(v) is list and len(v) <= _ITEMS and all(item(x) for x in v)
-
-
-def _pair(v: Any) -> bool:
-    return type(v) is list and len(v) == 2 and _int(v[0], -INT64, 1 << 64) and _int(v[1])
-
-
-@_check("a list of [site, bytes, blocks]")
-def _sites(v: Any) -> bool:
-    return _list(v, lambda r: type(r) is list and len(r) == 3 and _text(r[0]) and _int(r[1]) and _int(r[2]))
-
-
-@_check("null or a dict of category: bytes")
-def _categories(v: Any) -> bool:
-    return v is None or (type(v) is dict and len(v) <= _ITEMS and all(_text(k) and _int(n) for k, n in v.items()))
-
-
-def _frame(f: Any) -> bool:
-    return (
-        type(f) is dict
-        and f.keys() == {"filename", "line", "name"}
-        and _str(f["filename"])
-        and _int(f["line"], 0, 1 << 31)
-        and _str(f["name"])
-    )
-
-
-def _block(b: Any) -> bool:
-    return (
-        type(b) is dict
-        and b.keys() == {"size", "addr", "before", "frames", "category", "made_in"}
-        and (b["made_in"] is None or _int(b["made_in"]))
-        and _int(b["size"])
-        and _int(b["addr"], -INT64, 1 << 64)
-        and type(b["before"]) is bool
-        and _list(b["frames"], _frame)
-        and (b["category"] is None or _text(b["category"]))
-    )
-
-
-@_check("a list of blocks")
-def _blocks(v: Any) -> bool:
-    return _list(v, _block)
-
-
-@_check("null or an out-of-memory report")
-def _oom(v: Any) -> bool:
-    return v is None or (
-        type(v) is dict
-        and v.keys() == {"requested", "site", "device_free", "allocated", "by_category", "sites"}
-        and (v["requested"] is None or _int(v["requested"], 0, 1 << 62))
-        and (v["site"] is None or _text(v["site"]))
-        and (v["device_free"] is None or _int(v["device_free"], 0, 1 << 62))
-        and _int(v["allocated"], -_BYTES)
-        and _categories(v["by_category"])
-        and _sites(v["sites"])
-    )
-
-
-_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "device": _check("a device name (cuda:0)")(lambda v: type(v) is str and _DEVICE(v) is not None),
-    "baseline_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
-    "peak_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
-    "end_allocated": _check("a byte count")(lambda v: _int(v, -_BYTES)),
-    "trace_entries": _check("a count")(lambda v: _int(v, 0, INT64)),
-    "top_blocks": _blocks,
-    "kept_by_site": _sites,
-    "held_by_site": _sites,
-    "by_category": _categories,
-    "by_category_at_peak": _categories,
-    "oom": _oom,
-}

@@ -1,10 +1,10 @@
 """The background writer: snapshot files (and their summaries) written off the cell's critical path.
 
 After a cell the user waits only for what the figures need: taking the snapshot, summarising
-it, clearing the history. Writing the pickle and its summary (``recorder.write_files``) is a job
+it, clearing the history. Writing the pickle and its summary (``recording.recorder.write_files``) is a job
 for one daemon thread, run in the order handed over, at most ``PENDING`` waiting at a time (each
-holds a snapshot in memory). It imports nothing of ours but ``notice``, so the loader can wait on
-it.
+holds a snapshot in memory). It imports nothing of ours but ``core.warn``, so the loader can wait
+on it.
 ``wait()`` blocks until everything handed over is on disk and says what could not be written;
 the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
 on a normal exit and a user's next cell never races our write. A write that fails leaves its
@@ -20,14 +20,14 @@ import os
 import queue
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 from ..core.warn import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
 HOLD_S = 1.0  # the longest a hold keeps a job from starting (a cell whose end no event tells)
-Job = Callable[[], "str | None"]  # writes something; returns what went wrong, in one line, or None
-Where = "tuple[str, int] | None"  # the line a failure is said at: the block's that recorded it
+Job = Callable[[], Optional[str]]  # writes something; returns what went wrong, in one line, or None
+Where = Optional[tuple[str, int]]  # the line a failure is said at: the block's that recorded it
 
 
 class Writer:

@@ -32,7 +32,7 @@ except ImportError as e:
     if (e.name or "").partition(".")[0] != "lightning":
         raise  # lightning is there, and something it imports failed: its own message says what
     try:
-        from pytorch_lightning import Callback  # type: ignore[no-redef]
+        from pytorch_lightning import Callback  # type: ignore[assignment]
 
         _FRAMEWORKS = ("pytorch_lightning", "lightning_fabric")
     except ImportError as e2:
@@ -41,7 +41,7 @@ except ImportError as e:
 __all__ = ["MemsnapCallback", "UnfinishedStep"]
 
 
-class MemsnapCallback(Callback):  # type: ignore[misc]
+class MemsnapCallback(Callback):
     """Record the listed optimizer steps of a Lightning ``Trainer``, each into its own file.
 
     ``steps``: the steps to record, numbered from 1 as the trainer counts them

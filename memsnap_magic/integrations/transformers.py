@@ -23,7 +23,7 @@ memory error included).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from . import missing
 from ._steps import StepRecording, UnfinishedStep, device_name
@@ -38,7 +38,7 @@ __all__ = ["MemsnapCallback", "UnfinishedStep", "recording"]
 _FRAMEWORKS = ("transformers", "accelerate")
 
 
-class MemsnapCallback(TrainerCallback):  # type: ignore[misc]
+class MemsnapCallback(TrainerCallback):
     """Record the listed optimizer steps of a ``Trainer``, each into its own snapshot file.
 
     ``steps``: the steps to record, numbered from 1 as the trainer counts them. The other
@@ -123,7 +123,7 @@ class recording:  # lower case: used as a function, `with recording(trainer, ...
             self.trainer.add_callback(self.added)
         return self.callbacks[0]
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         try:
             for callback in self.callbacks:
                 if exc is not None and callback.recording.recorder is not None:

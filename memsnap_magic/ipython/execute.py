@@ -232,7 +232,7 @@ class _CellTraceback:
             type(value), value, tb if tb is not None else value.__traceback__, tb_offset=0
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> str | tuple[Any, ...]:
         # the exception pickled (kept, sent to another process) carries no shell, nothing of
         # ours to import: there it renders as the standard library formats it
         return _formatted(self.owner).__reduce__()
@@ -286,7 +286,7 @@ class _OuterFrames:
         outer = head.tb_next if head is not None else None
         magic = outer.tb_next if outer is not None else None
         body = magic.tb_next if magic is not None else None
-        if body is None or body.tb_frame.f_code not in self.codes:
+        if head is None or outer is None or magic is None or body is None or body.tb_frame.f_code not in self.codes:
             return  # not this body's, or not the ordinary %%memsnap cell (run from a loop, in %%time): as it is
         if outer.tb_frame.f_code.co_name == "<module>" and magic.tb_frame.f_code.co_name == "run_cell_magic":
             head.tb_next = body

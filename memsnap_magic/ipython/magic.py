@@ -1,13 +1,15 @@
 """IPython glue: ``%%memsnap`` (record one cell) and ``%memsnap`` (configure, list, load, stop).
 
-Thin on purpose: options come from ``options``, the work from ``recorder``, the cell runs through
-``execute`` exactly as IPython would run it, words come from ``text``. A new ``%memsnap``
+Thin on purpose: options come from ``recording.options``, the work from ``recording.recorder``, the
+cell runs through ``execute`` exactly as IPython would run it, words come from ``views.report``. A new ``%memsnap``
 subcommand is one method and one row of ``COMMANDS``; help and errors follow from the table.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,18 +17,25 @@ from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.display import display
 
+from ..core.clean import one_line
+from ..core.errors import SnapshotError
 from ..core.warn import warn
 from ..files.layout import LAYOUT
+from ..files.writer import WRITER, wait_for_writes
 from ..recording import options
+from ..recording.backends import BackendError
+from ..recording.option_values import Tag
 from ..recording.process_state import STATE
+from ..recording.recorder import Recorder, mark
+from ..results.intervals import holds
+from ..results.scan import default_jobs, read_run
+from ..views.report import describe, interval_table, loaded_line
 from .execute import CellCode, drop_own_frame
 
 
 def _print_report(iv: Any, previous: Any) -> None:
-    from ..results.intervals import holds
-    from ..views.text import describe
-
     session = STATE.session
     first, later = None, iv  # the first step of the clear=false history this snapshot holds
     while previous is not None and holds(later, previous):
@@ -96,16 +105,13 @@ class MemsnapMagics(Magics):
         if cell is None:
             return self._line(line)
         __tracebackhide__ = True
-        from ..recording.recorder import Recorder, mark
-
+        shell: Any = self.shell  # the shell that registered us
         opts = _parse(options.parse, line, STATE.session.defaults, "%%memsnap")
-        code = CellCode(self.shell, f"%%memsnap {line}".rstrip(), cell)
+        code = CellCode(shell, f"%%memsnap {line}".rstrip(), cell)
         if opts.steps is not None:  # offered again after a %reset emptied the namespace
-            self.shell.user_ns.setdefault("mark", mark)
-        recorder = Recorder(options=opts, namespace=self.shell.user_ns, report=_print_report)
+            shell.user_ns.setdefault("mark", mark)
+        recorder = Recorder(options=opts, namespace=shell.user_ns, report=_print_report)
         recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
-        from ..files.writer import WRITER
-
         WRITER.hold()  # its file is written once the cell is done (released after it, or by a wait)
         try:
             started = self._start(recorder)
@@ -130,8 +136,6 @@ class MemsnapMagics(Magics):
     def _start(recorder: Any) -> bool:
         """Start recording: False (with one warning) when it fails unexpectedly, so the cell
         still runs as it would without us; a device that cannot record is a UsageError."""
-        from ..recording.backends import BackendError
-
         try:
             recorder.start()
         except (BackendError, options.OptionError) as e:
@@ -145,8 +149,6 @@ class MemsnapMagics(Magics):
         return True
 
     def _line(self, line: str) -> None:
-        from ..files.writer import wait_for_writes
-
         wait_for_writes()  # what the commands read (files, the session's paths) is on disk first
         name, _, rest = line.strip().partition(" ")
         if name in ("", "help"):
@@ -162,21 +164,11 @@ class MemsnapMagics(Magics):
         command.run(self, rest)
 
     def _show(self, rest: str) -> None:
-        from IPython.display import display
-
-        from ..views.dashboard import dashboard
+        from ..views.dashboard import dashboard  # here: widgets and matplotlib load when first shown
 
         display(dashboard(STATE.session))
 
     def _load(self, rest: str) -> None:
-        import shlex
-
-        from ..core.clean import one_line
-        from ..core.errors import SnapshotError
-        from ..recording.option_values import Tag
-        from ..results.scan import default_jobs, read_run
-        from ..views.text import loaded_line
-
         try:
             words = shlex.split(rest)
             run = None
@@ -217,8 +209,6 @@ class MemsnapMagics(Magics):
         print("memsnap defaults: " + " ".join(f"{k}={options.as_text(v)}" for k, v in shown.items() if v is not None))
 
     def _list(self, rest: str) -> None:
-        from ..views.text import interval_table
-
         print(interval_table(STATE.session.intervals))
 
     def _reset(self, rest: str) -> None:
@@ -283,8 +273,6 @@ def _expanded(word: str) -> list[str]:
     """A path as a shell would pass it: ``memsnap/step*`` is every step folder (a name that
     exists as written, or a pattern nothing matches, stays as it is)."""
     if any(c in word for c in "*?[") and not os.path.lexists(word):
-        import glob
-
         found = glob.glob(word)
         if found:
             return sorted(found)

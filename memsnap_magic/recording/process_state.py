@@ -4,29 +4,22 @@ Everything that outlives a cell lives here: the session the magic fills, the rec
 now (``mark()`` talks to the innermost), the backend of each device (so recording left on by a
 ``clear=false`` cell is found again by the next cell), which accelerator kinds are recording
 (PyTorch records every device of a kind at once), the CPU profiler session and the one-time
-warnings already given. At import it needs only ``notice`` of ours (the session module loads on first use).
+warnings already given (their keys: ``core.warn.WARNED``).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..core.warn import WARNED, warn
+from ..files.writer import wait_for_writes
+from ..results.session import Session
 
 if TYPE_CHECKING:
-    from ..results.session import Session
     from .backends.base import Backend
-
-
-class Marked(Protocol):
-    """What ``mark()`` needs of a running ``Recorder``."""
-
-    steps: tuple[int, ...] | None
-    _backend: Backend | None
-
-    def mark_step(self, step: int) -> None: ...
+    from .recorder import Recorder  # which imports this module
 
 
 @dataclass
@@ -45,7 +38,7 @@ _MAKING = threading.Lock()
 class State:
     def __init__(self) -> None:
         self._session: Session | None = None
-        self.active: list[Marked] = []  # the Recorders running now, innermost last
+        self.active: list[Recorder] = []  # the Recorders running now, innermost last
         self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
         self.recording_kinds: dict[str, str] = {}  # accelerator kind -> the device whose history it records
         self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
@@ -60,8 +53,6 @@ class State:
     @property
     def session(self) -> Session:
         if self._session is None:
-            from ..results.session import Session  # here, not above: it needs numpy-free imports only
-
             with _MAKING:  # two threads asking first must get one session, not one each
                 if self._session is None:
                     self._session = Session()
@@ -111,8 +102,6 @@ class State:
         fresh process (pending writes finish first, as at exit). The CPU profiler object and the
         one-time warnings stay: they belong to the process, not to a session."""
         self.stop_all()
-        from ..files.writer import wait_for_writes  # here: the writer is not needed before a recording
-
         wait_for_writes()
         self.active.clear()
         self.backends.clear()

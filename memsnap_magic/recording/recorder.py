@@ -17,21 +17,31 @@ import threading
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from ..core.devices import trace_index
+from ..core.errors import excerpt
+from ..core.names import brief_numbers, run_label, shown_path
 from ..core.nogc import no_gc
 from ..core.warn import blamed_on, caller_outside, warn
+from ..files import layout, snapshot
+from ..files.layout import MAX_STEP, META_KEY, Meta, exception_name, snapshot_path, step_mark
+from ..files.writer import WRITER
+from ..results import intervals, labels, stacks
+from . import backends
 from . import options as opts
 from .process_state import STATE, ChainSteps
+from .roles import Watch, training_objects, weakly
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import FrameType
 
     from ..results.intervals import Interval
     from ..results.session import Session
     from .backends import Backend
     from .backends.base import Names
-    from .roles import Watch
 
 
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
@@ -74,8 +84,6 @@ def _step_number(step: Any) -> int:
     if type(step) is not bool and "bool" not in str(getattr(step, "dtype", "")):  # True is not step 1
         with contextlib.suppress(TypeError):
             return operator.index(step)  # ints and numpy's; never a float truncated
-    from ..core.errors import excerpt
-
     what = f"{type(step).__name__} {excerpt(step)}"
     raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
 
@@ -84,14 +92,12 @@ def _current_task() -> Any:
     """The asyncio task running now in this thread, or None (asyncio not in use)."""
     asyncio = sys.modules.get("asyncio")
     loop = asyncio._get_running_loop() if asyncio is not None else None  # None, not an error, without one
-    return asyncio.current_task(loop) if loop is not None else None
+    return asyncio.current_task(loop) if asyncio is not None and loop is not None else None
 
 
 def describe_recorder(recorder: Any) -> str:
     steps = getattr(recorder, "steps", None)
     if steps:  # as written, unless the list is long
-        from ..core.names import brief_numbers
-
         listed = ",".join(map(str, steps))
         return f"steps={listed}" if len(listed) <= 60 else f"steps= {brief_numbers(steps)}"
     step = getattr(recorder, "_current", None)
@@ -143,8 +149,6 @@ class Recorder:
     ) -> None:
         # model=/optimizer= as objects (a script's locals); as names they are options like the rest
         # held weakly, as the namespace's models are: `del model` inside the block frees it there
-        from .roles import weakly
-
         self._given = {
             k: weakly(keywords.pop(k))
             for k in ("model", "optimizer")
@@ -194,8 +198,6 @@ class Recorder:
         Inside a block that already records the same device (a ``Recorder`` in a ``%%memsnap``
         cell, a nested cell) this one records nothing and says so once: one history per device.
         """
-        from ..files.writer import WRITER
-
         # this block's line (a recorder used again: its new block's), unless the magic pinned its own
         ours = self.where is None or self._where_ours
         here = caller_outside(__file__) if ours else self.where
@@ -204,8 +206,6 @@ class Recorder:
             return self._start(here, ours)
 
     def _start(self, here: tuple[str, int] | None, ours: bool) -> Recorder:
-        from . import backends
-
         o = self.options
         try:
             # before the body can change directory; joined, not normalised: link/.. is where the link leads
@@ -246,8 +246,6 @@ class Recorder:
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         chained = STATE.chains.get(backend.device)
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
-            from ..core.names import run_label
-
             why = (
                 "a steps= loop records each listed step from a fresh history"
                 if self.steps is not None
@@ -330,8 +328,8 @@ class Recorder:
         finally:
             # once the dump ended the recording, a block in another thread may own the device:
             # what follows touches it only while it is still this one's
-            mine = mine and backend.owner is self
-            if not keep and mine and backend.recording:
+            mine = mine and backend is not None and backend.owner is self
+            if not keep and mine and backend is not None and backend.recording:
                 self._quietly(backend.end, keep=False)
             # the device stays claimed until its recording is off: a block another thread starts
             # meanwhile runs unrecorded, rather than finding PyTorch's profiler still on
@@ -342,7 +340,7 @@ class Recorder:
             watch, self._watch = self._watch, None  # a Ctrl-C in mark() left one unfinished: its hook comes off
             if watch is not None:
                 self._quietly(watch.detach)
-            if mine:  # which run a history left on goes on with
+            if mine and backend is not None:  # which run a history left on goes on with
                 if backend.recording:
                     STATE.chains[backend.device] = self.options.run or ""
                 else:
@@ -351,8 +349,6 @@ class Recorder:
 
     def _next_step(self) -> int:
         """The step after the run's highest, which a file loaded into it may have set."""
-        from ..files.layout import MAX_STEP
-
         run = self.options.run
         step = self.session.next_step(run or "")
         if step >= MAX_STEP:
@@ -365,8 +361,6 @@ class Recorder:
 
     def _say_unmarked(self) -> None:
         """A steps= loop that never reached some listed steps, or never called ``mark``."""
-        from ..core.names import brief_numbers
-
         missing = [s for s in self.steps or () if s not in self._begun]
         if not self._begun:
             first = missing[0]
@@ -381,7 +375,7 @@ class Recorder:
     def __enter__(self) -> Recorder:
         return self._enter()
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if not self._exit_unrecorded():
             self.stop(exc)
         return False
@@ -390,7 +384,7 @@ class Recorder:
         """``async with Recorder(step=N): await ...``: what a ``%%memsnap`` cell cannot await."""
         return self._enter()
 
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if not self._exit_unrecorded():
             self.stop(exc)
         return False
@@ -497,7 +491,7 @@ class Recorder:
         code = self._caller_code
         if code is None:
             return self.namespace
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code is not code:
             frame = frame.f_back
         if frame is None:  # it has returned (a recorder made in a helper): its locals are gone
@@ -523,8 +517,6 @@ class Recorder:
 
     def _training_objects(self) -> tuple[list[Any], list[Any]]:
         """The models and optimizers whose tensors the dump labels: named, given, else found."""
-        from .roles import training_objects
-
         o, found = self.options, {}
         for key in ("model", "optimizer"):
             name = getattr(o, key)
@@ -562,8 +554,6 @@ class Recorder:
     def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch | None:
         """A watch over the models and optimizers ``training`` (found again when not given); none
         for a block given an empty namespace and no model= or optimizer=: it asked to label nothing."""
-        from .roles import Watch, training_objects
-
         named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
         if not named and self._caller_code is None and not self.namespace:
             return None
@@ -615,8 +605,6 @@ class Recorder:
             )
             return
         end_us = time.time_ns() // 1000
-        from ..files.layout import META_KEY, Meta, exception_name, snapshot_path, stamp, step_mark
-
         # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
         this_step, chained = step_mark(step, o.run), STATE.chain_steps.get(backend.device)
         try:
@@ -626,10 +614,6 @@ class Recorder:
             if watch is not None:  # its hooks come off the optimizers whatever happens next
                 self._quietly(watch.detach)
         allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
-
-        from ..core.devices import trace_index
-        from ..files.writer import WRITER
-        from ..results.intervals import digest, interval_from_digest
 
         if snap is None:
             self._quietly(backend.end, keep=False)
@@ -644,11 +628,9 @@ class Recorder:
         if roles is not None and before.timed:
             roles.timed[:0] = before.timed
         if roles:
-            from ..results.labels import label_snapshot
-
-            self._quietly(label_snapshot, snap, trace_index(backend.device), roles, end_us)
+            self._quietly(labels.label_snapshot, snap, trace_index(backend.device), roles, end_us)
         marks = [*before.marks, (self._began_us, this_step)]
-        self._quietly(stamp, snap, trace_index(backend.device), marks)
+        self._quietly(layout.stamp, snap, trace_index(backend.device), marks)
         if keep:
             timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed
             timed = [(t, seen) for t, seen in timed if seen]
@@ -674,22 +656,22 @@ class Recorder:
         snap[META_KEY] = meta.to_dict()
         path: Path = snapshot_path(self._out or o.out, step, o.tag, self._rank, o.run)
         try:
-            d = self._quietly(digest, snap)
+            d = self._quietly(intervals.digest, snap)
         finally:
             self._quietly(backend.end, keep=keep)
         if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
             self._quietly(_name_cells, snap, d)
-        iv = self._quietly(interval_from_digest, d, path, run=o.run or "") if d is not None else None
+        iv = self._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
         write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
         if o.wait or iv is None:
             self._write_now(write)
         if iv is not None:
-            before = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
+            last = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
             # a full ring dropped the oldest entries: its baseline is the window's start, not the
             # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
             followed = self.steps is not None and bool(self.intervals)
-            if before is not None and not iv.overflowed and not followed:
-                iv.moved_since, iv.moved = before[0], iv.baseline_allocated - before[1]
+            if last is not None and not iv.overflowed and not followed:
+                iv.moved_since, iv.moved = last[0], iv.baseline_allocated - last[1]
             if cleared:
                 STATE.last_end[backend.device] = (step, iv.end_allocated)
             previous = self.session.previous(iv)
@@ -715,28 +697,20 @@ class Recorder:
 
 def _name_cells(snap: dict[str, Any], d: dict[str, Any]) -> None:
     """The In[N] of the cells the digest's blocks were made in, into its meta and the file's."""
-    import dataclasses
-
-    from ..files.layout import META_KEY
-    from ..results.stacks import cells_in
-
-    cells = cells_in(b["frames"] for b in d["top_blocks"])
+    cells = stacks.cells_in(b["frames"] for b in d["top_blocks"])
     if cells:
-        d["meta"] = dataclasses.replace(d["meta"], cells=cells)
+        d["meta"] = replace(d["meta"], cells=cells)
         snap[META_KEY]["cells"] = cells
 
 
 def _all_cells(snap: dict[str, Any]) -> None:
     """Every cell the file's stacks pass through, into its meta (``memsnap diff`` names them all)."""
-    from ..files.layout import META_KEY
-    from ..results.stacks import cells_in
-
     meta = snap.get(META_KEY)
     if type(meta) is not dict:
         return
-    stacks = [e.get("frames") for t in snap.get("device_traces") or () for e in t]
-    stacks += [b.get("frames") for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
-    found = cells_in(stacks)
+    frames = [e.get("frames") for t in snap.get("device_traces") or () for e in t]
+    frames += [b.get("frames") for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
+    found = stacks.cells_in(frames)
     if found:
         meta["cells"] = {**(meta.get("cells") or {}), **found}
 
@@ -748,16 +722,13 @@ def write_files(
     one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written.
     ``trim``: cut its stacks at the user's outermost frame first (PyTorch's run down through the
     shell and kernel: ~20 frames of IPython, ipykernel and asyncio under every cell)."""
-    from ..core.names import shown_path
-    from ..files.snapshot import dump_snapshot
-    from ..files.summaries import write_beside
-    from ..results.stacks import keep_user_frames
+    from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
 
     try:
         if trim:
-            keep_user_frames(snap)
+            stacks.keep_user_frames(snap)
         _all_cells(snap)
-        dump_snapshot(snap, path)
+        snapshot.dump_snapshot(snap, path)
         size = path.stat().st_size
     except Exception as e:
         if interval is not None:
@@ -769,7 +740,7 @@ def write_files(
     if d is None:
         return None
     try:
-        write_beside(path, d)
+        summaries.write_beside(path, d)
     except Exception as e:  # readers recompute what a summary would have said
         return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
     return None

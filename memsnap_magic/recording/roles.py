@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER
 from ..results.labels import Roles, Storages
+from .backends.cpu.live_tensors import instance_dict, module_dicts
 
 
 def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -24,7 +25,7 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
     import torch
 
     # a dict subclass's own values() is not run (a namespace given to a Recorder may be one)
-    values = list(dict.values(namespace) if issubclass(type(namespace), dict) else namespace.values())
+    values = list(dict.values(namespace) if issubclass(type(namespace), dict) else namespace.values())  # type: ignore[arg-type]  # a dict there
     # by type(): isinstance would read a proxy's __class__, running its code
     modules = [v for v in values if issubclass(type(v), torch.nn.Module)]
     optimizers = [v for v in values if issubclass(type(v), torch.optim.Optimizer)]
@@ -34,8 +35,6 @@ def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]
 def module_parameters(modules: Iterable[Any]) -> list[Any]:
     """The parameters of ``modules`` and their submodules, read from torch's own ``_parameters``
     and ``_modules`` dicts (what ``parameters()`` reads): a model's override of it is not run."""
-    from .backends.cpu.live_tensors import instance_dict, module_dicts
-
     found: dict[int, Any] = {}
     seen: set[int] = set()
     stack = list(modules)

@@ -20,7 +20,7 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
 
     Each item: ``size``, ``addr``, ``frames`` (the trace's or the block's stack, possibly
     empty), ``before`` (True when the block was already live when the window started),
-    ``category`` (the file's label, see ``categories``; None where it has none) and ``mark``
+    ``category`` (the file's label, see ``labels``; None where it has none) and ``mark``
     (its allocation's ``user_metadata``, which step of a ``clear=false`` history made it).
     With ``top``, only events of the largest sizes are paired by address, widening until
     ``top`` blocks are found; ``top=0`` pairs them all.

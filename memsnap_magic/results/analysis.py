@@ -56,7 +56,8 @@ class Summary(Figures):
         """``addr`` of some trace entries: where many are asked, from one read of the whole
         column that every pairing over this summary shares (a digest pairs twice)."""
         if len(entries) > len(self.trace) // SPARSE:
-            return self._addr_column[entries]
+            picked: np.ndarray = self._addr_column[entries]
+            return picked
         return addresses(self.trace, entries)
 
     @cached_property
@@ -78,7 +79,8 @@ class Summary(Figures):
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
         if not all(type(t) is int and 0 <= t < INT64 for t in times):  # missing (old traces) or not a time
-            return self.time_us[index]
+            at: np.ndarray = self.time_us[index]
+            return at
         return np.asarray(times, dtype=np.int64)
 
 

@@ -1,4 +1,4 @@
-"""What a run of steps says at a glance: which steps leaked, which spiked. Numbers only; ``text``
+"""What a run of steps says at a glance: which steps leaked, which spiked. Numbers only; ``views.explain``
 turns them into the dashboard's headline.
 
 The rules, chosen so that noise makes no claim:
@@ -25,12 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core.categories import MODEL_STATE, OTHER
+from .intervals import HELD_SITES, Interval, holds
 from .measures import Figures
-
-if TYPE_CHECKING:
-    from .intervals import Interval
 
 MiB = 1 << 20
 FLOOR = MiB  # below this no step leaks or spikes, whatever its start
@@ -91,8 +90,6 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
     """Each step as the rules read it: as it is, or, where its history went on from the step
     before (that step had ``clear=false``), from that step's end, with only the bytes per site
     it added."""
-    from .intervals import holds
-
     out: list[Any] = []
     for n, iv in enumerate(intervals):
         prev = intervals[n - 1] if n else None
@@ -107,13 +104,11 @@ def own_figures(intervals: Sequence[Any]) -> list[Any]:
     return out
 
 
-def leaked(iv: Any) -> int:
+def leaked(iv: Figures) -> int:
     """What a step kept that may be a leak: all it kept, or, where its file says what each block
     was, no more than what it made and kept besides parameters, gradients and optimizer state
     (AdamW's first step keeps its state and the gradients: no leak)."""
-    from ..core.categories import MODEL_STATE, OTHER
-
-    parts = getattr(iv, "by_category", None)
+    parts: dict[str, int] | None = getattr(iv, "by_category", None)
     if not parts:
         return iv.kept
     return min(iv.kept, sum(v for k, v in parts.items() if k not in MODEL_STATE and k != OTHER))
@@ -153,8 +148,6 @@ def _consecutive(positions: Sequence[int]) -> list[list[int]]:
 
 def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[SiteLeak]:
     """Sites that kept memory in leaking steps, as runs of consecutive steps, largest total first."""
-    from .intervals import HELD_SITES
-
     own = own_figures(intervals)
     ends = [_held(iv, HELD_SITES) for iv in own]
     before, after = _neighbours_in_time(intervals)
@@ -167,12 +160,13 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
         if leaked(iv) <= limit:
             continue
         j, k = before.get(i), after.get(i)
-        if j is not None and ends[i] is not None and ends[j] is not None:
-            grown = _growth(ends[j], ends[i])
+        here, then, next_ = ends[i], ends[j] if j is not None else None, ends[k] if k is not None else None
+        if j is not None and here is not None and then is not None:
+            grown = _growth(then, here)
             own_kept = {s: b for s, b, _ in iv.kept_by_site}
             spans.update(((s, i), j) for s, b in grown.items() if b > own_kept.get(s, 0) + limit)
-        elif ends[i] is not None and k is not None and ends[k] is not None:  # the first: its next confirms
-            later = _growth(ends[i], ends[k])
+        elif here is not None and k is not None and next_ is not None:  # the first: its next confirms
+            later = _growth(here, next_)
             grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
         else:
             grown = {s: b for s, b, _ in iv.kept_by_site}
@@ -254,7 +248,7 @@ def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
     return sorted(found, key=lambda s: -s.rise)
 
 
-def _transient(iv: Any) -> int:
+def _transient(iv: Figures) -> int:
     """What a step held only for a while: its peak above the higher of its start and end."""
     return iv.peak_allocated - max(iv.baseline_allocated, iv.end_allocated)
 
@@ -263,7 +257,8 @@ def born_in(block: dict[str, Any], earlier: Sequence[Interval]) -> int | None:
     """The step that allocated a block live before this one began: the latest of ``earlier``
     (same rank and device, in order) that ended with a block of this address and size of its own
     making. None when none did (allocated before recording, or among blocks too small to keep)."""
-    addr, size = block.get("addr"), block.get("size")
+    addr: Any = block.get("addr")
+    size = block.get("size")
     for iv in reversed(earlier):
         if iv.born.get(addr) == size:
             return iv.step

@@ -116,6 +116,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
     """What an interval keeps of a snapshot, before a path or a session names it: its ``meta``
     (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
     file read again is never unpickled again."""
+    # here: numpy loads with the first digest (the magic imports this module at %load_ext, for holds)
     from .alive import alive_at, held, kept
     from .analysis import decimate_index, pick_device, summarize
 
@@ -255,7 +256,7 @@ def _by_site(
 
 def _oom(summary: Any) -> dict[str, Any] | None:
     """The report of the trace's last ``oom`` entry, read from the replay up to it."""
-    import numpy as np
+    import numpy as np  # here, as in digest
 
     from .alive import alive_at
 

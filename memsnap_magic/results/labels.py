@@ -44,6 +44,7 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
     live: dict[int, str] = {}  # address -> category of the block the trace allocated there
     unknown = False
     last = len(trace) - 1
+    addr: Any  # an int wherever the action is an allocation or a free (schema checks it)
     for i, e in enumerate(trace):
         action, addr = e.get("action"), e.get("addr")
         if action == "alloc":
@@ -102,7 +103,8 @@ def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Role
     """Trace index of each allocation a role was seen in while it was alive -> that role."""
     if not wanted:
         return {}
-    events: dict[int, list[tuple[int, str, int, int]]] = defaultdict(list)  # addr -> (index, action, size, t)
+    events: dict[int, list[tuple[int, Any, Any, Any]]] = defaultdict(list)  # addr -> (index, action, size, t)
+    addr: Any  # as in label
     for i, e in enumerate(trace):
         addr = e.get("addr")
         if addr in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):

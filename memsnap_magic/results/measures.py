@@ -1,6 +1,6 @@
 """The figures every interval has, and the two derived from them, defined once.
 
-``analysis.Summary`` (computed from a snapshot) and ``session_state``'s ``Interval`` (kept per
+``analysis.Summary`` (computed from a snapshot) and ``intervals.Interval`` (kept per
 step) both carry these; the derived ones are properties here, so they cannot disagree.
 """
 

@@ -30,7 +30,8 @@ SPARSE = 8
 def addresses(trace: list[dict[str, Any]], entries: np.ndarray) -> np.ndarray:
     """``addr`` of some trace entries (alloc and free entries always carry one)."""
     if len(entries) > len(trace) // SPARSE:
-        return column(trace, "addr", 0)[entries].astype(np.uint64)
+        picked: np.ndarray = column(trace, "addr", 0)[entries]
+        return picked.astype(np.uint64)
     rows = map(trace.__getitem__, entries.tolist())
     # read as int64, as PyTorch writes them (int64_t(ptr)), then compared as unsigned
     return np.fromiter(map(itemgetter("addr"), rows), dtype=np.int64, count=len(entries)).astype(np.uint64)
@@ -72,4 +73,5 @@ def sorted_contains(sorted_values: np.ndarray, query: np.ndarray) -> np.ndarray:
     if not len(sorted_values):
         return np.zeros(len(query), dtype=bool)
     pos = np.minimum(np.searchsorted(sorted_values, query), len(sorted_values) - 1)
-    return sorted_values[pos] == query
+    found: np.ndarray = sorted_values[pos] == query
+    return found

@@ -15,11 +15,12 @@ import signal
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core.errors import SnapshotError
 from ..core.warn import warn_once
 from ..files.layout import find_snapshots, step_folder
+from ..files.writer import wait_for_writes
 from .intervals import Interval, digest_file, interval_from_digest
 from .stacks import cell_numbers, know_cells
 
@@ -58,8 +59,7 @@ def read_intervals(
     does: a script that asks for them guards its code with ``if __name__ == "__main__":``.
     The first bad file in order raises, whichever process read it. Files this process is
     still writing are waited for first."""
-    from ..files import summaries
-    from ..files.writer import wait_for_writes
+    from ..files import summaries  # here: numpy loads with the first read, not with %load_ext
 
     wait_for_writes()
     files = find_snapshots(paths)
@@ -99,9 +99,10 @@ def read_intervals(
             bar.close()
     if bad:
         raise bad[min(bad)]
+    read_all = cast("list[dict[str, Any]]", digests)  # each None was read above, or raised
     return [
         interval_from_digest(d, p, position=position + n, file_bytes=st.st_size)
-        for n, (p, st, d) in enumerate(zip(files, stats, digests))
+        for n, (p, st, d) in enumerate(zip(files, stats, read_all))
     ]
 
 

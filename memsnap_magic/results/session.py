@@ -1,6 +1,6 @@
 """The session: runs of intervals and the cumulative figures a never-cleared recording would show.
 
-The process-wide one is ``memsnap_magic.session()`` (kept in ``state``); the CLI builds its own.
+The process-wide one is ``memsnap_magic.session()`` (kept in ``recording.process_state``); the CLI builds its own.
 Intervals belong to runs: the cells a kernel records without ``run=`` form the session's own run
 (named ""), ``run=NAME`` cells and loaded files form named ones. A step is replaced only within
 its run, and cumulative figures never reach across runs.
@@ -44,6 +44,16 @@ def busiest(intervals: Iterable[Interval]) -> list[Interval]:
         if iv.step not in top or iv.peak_allocated > top[iv.step].peak_allocated:
             top[iv.step] = iv
     return [top[step] for step in sorted(top)]
+
+
+def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
+    """The intervals of ``iv``'s rank and device recorded before it, oldest first: by when their
+    snapshots were taken (a lower step may have run later), else in step order."""
+    same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
+    if iv.end_us is not None and all(e.end_us is not None for e in same):
+        end = iv.end_us
+        return sorted((e for e in same if e.end_us is not None and e.end_us < end), key=lambda e: e.end_us or 0)
+    return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
 
 
 def _key(iv: Interval) -> tuple[Any, ...]:

@@ -22,7 +22,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, MaxNLocator
 from matplotlib.transforms import Bbox
 
 from .canvas import TextCacheCanvas
-from .text import fmt_bytes
+from .words import fmt_bytes
 
 BYTES = FuncFormatter(lambda v, _: fmt_bytes(int(v)))
 # Pictures follow the output's width, so what matters is text size relative to figure width.
@@ -51,12 +51,13 @@ class ByteLocator(Locator):
     """Ticks at round binary steps of the final view (1, 2 or 5 × 10ⁿ KiB/MiB/GiB)."""
 
     def __call__(self) -> Sequence[float]:
-        lo, hi = self.axis.get_view_interval()
+        axis: Any = self.axis  # set by matplotlib before it asks for ticks
+        lo, hi = axis.get_view_interval()
         return self.tick_values(lo, hi)
 
     def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
         step = byte_step(max(vmax - vmin, 1.0))
-        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)
+        return np.arange(np.floor(vmin / step) * step, vmax + step / 2, step)  # type: ignore[return-value]  # an array, as matplotlib's own locators return
 
 
 def byte_axis(ax: Any, from_zero: bool = True) -> None:
@@ -178,7 +179,8 @@ def bars(
     verts = np.stack(
         [np.stack([x0, lo], 1), np.stack([x0, hi], 1), np.stack([x0 + width, hi], 1), np.stack([x0 + width, lo], 1)], 1
     )
-    bars = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=linewidth, label=label)
+    # an (N, 4, 2) array, which PolyCollection takes though its stubs list sequences only
+    bars = PolyCollection(verts, facecolors=color, edgecolors=edgecolor, linewidths=linewidth, label=label)  # type: ignore[arg-type]
     ax.add_collection(bars)
     ax.update_datalim(np.concatenate([verts.reshape(-1, 2), [[0, 0]]]))
     ax.autoscale_view()
@@ -231,7 +233,8 @@ def label_largest(
     worst = max(range(len(values)), key=values.__getitem__)
     if values[worst] > 0:
         # in a side third the label runs inwards from the bar's outer edge: centred, it may cross the frame
-        x, ha = (worst, "center")
+        x: float = worst
+        ha = "center"
         if len(values) > 1 and worst >= (len(values) - 1) * 2 / 3:
             x, ha = worst + BAR_WIDTH / 2, "right"
         elif len(values) > 1 and worst <= (len(values) - 1) / 3:
@@ -247,3 +250,37 @@ def label_largest(
             color=color,
         )
         ax.update_datalim([(worst, values[worst] * (1.5 if named else 1.25))])  # room for the label inside the frame
+
+
+# The figures' names and colours, shared by the overview (charts) and the step's timeline.
+VIEWS = ("interval", "cumulative", "both", "categories")
+# categories (see categories.ORDER); steps recorded without them are drawn whole, in grey
+CATEGORY_COLORS = {
+    "parameter": "#4e79a7",
+    "gradient": "#f28e2c",
+    "optimizer_state": "#59a14f",
+    "activation": "#e15759",
+    "other": "#bab0ab",
+    "unknown": "#dcdcdc",
+}
+BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
+THIS_STEP = "this step"
+NEVER_CLEARED = "never cleared"
+AT_START = "live at step start"
+
+# one colour per run (the first is the single-run view's); the step's start in a lighter tint
+RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
+RUNS_TITLES = {
+    "interval": "Runs step by step (light: live at start)",
+    "cumulative": "Runs step by step, never cleared (dashed)",
+    "both": "Runs step by step (light: live at start; dashed: never cleared)",
+    "categories": "Runs step by step, each peak by category",
+}
+OUTLINE = "#444444"  # each run's bar, in the by-category view
+RUN_GREYS = ("#4d4d4d", "#ffffff", "#9a9a9a", "#d9d9d9")  # runs in the by-category view's lower panels
+VIEW_TITLES = {
+    "interval": "Per step: each snapshot holds only its own step",
+    "cumulative": "Never cleared: each snapshot would hold every earlier step",
+    "both": "Per step vs never cleared: the gap is old history",
+    "categories": "Per step, what was alive at the peak, by category",
+}

@@ -1,7 +1,9 @@
-"""Matplotlib figures of a session: the per-step overview, one step's timeline, several ranks.
+"""Matplotlib figures of a session's steps: the per-step overview, runs compared step by step,
+several ranks side by side; one step's timeline is drawn by ``timeline`` and offered here too.
 
-The dashboard and the CLI both draw through here. Each function takes an optional ``fig`` it
-drew before and redraws into it (``plotkit.reuse_figure``).
+The dashboard and the CLI both draw through here (``charts.overview_figure``, looked up when
+called). Each function takes an optional ``fig`` it drew before and redraws into it
+(``chartkit.reuse_figure``).
 """
 
 from __future__ import annotations
@@ -9,14 +11,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import AutoLocator, FuncFormatter, MaxNLocator, NullLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from ..core.categories import ORDER
 from .chartkit import (
+    AT_START,
+    BASE,
+    CATEGORY_COLORS,
+    CUMUL,
+    ERR,
     FONT,
+    FREED,
+    KEPT,
+    NEVER_CLEARED,
+    OUTLINE,
+    RISE,
+    RUN_COLORS,
+    RUN_GREYS,
+    RUNS_TITLES,
+    THIS_STEP,
     TITLE_FONT,
+    VIEW_TITLES,
+    VIEWS,
     bars,
     byte_axis,
     figure_legend,
@@ -27,44 +45,22 @@ from .chartkit import (
     reuse_figure,
     step_axis,
 )
-from .text import fmt_bytes
+from .timeline import detail_figure
 
-VIEWS = ("interval", "cumulative", "both", "categories")
-# categories (see categories.ORDER); steps recorded without them are drawn whole, in grey
-RUN_GREYS = ("#4d4d4d", "#ffffff", "#9a9a9a", "#d9d9d9")  # runs in the by-category view's lower panels
-CATEGORY_COLORS = {
-    "parameter": "#4e79a7",
-    "gradient": "#f28e2c",
-    "optimizer_state": "#59a14f",
-    "activation": "#e15759",
-    "other": "#bab0ab",
-    "unknown": "#dcdcdc",
-}
-BASE, RISE, CUMUL, KEPT, FREED, ERR = "#b8c4d6", "#3b6fb6", "#d1495b", "#e07a1f", "#8fa3bf", "#c0392b"
-THIS_STEP = "this step"
-NEVER_CLEARED = "never cleared"
-AT_START = "live at step start"
-
+# every figure a session draws, with the names their legends and titles use
 __all__ = [
     "AT_START",
     "NEVER_CLEARED",
+    "RUNS_TITLES",
     "THIS_STEP",
     "VIEWS",
+    "VIEW_TITLES",
     "detail_figure",
     "overview_figure",
     "png",
     "ranks_figure",
     "runs_figure",
 ]
-# one colour per run (the first is the single-run view's); the step's start in a lighter tint
-RUN_COLORS = ("#3b6fb6", "#e07a1f", "#2a9d8f", "#8e5ea2", "#c0392b", "#6b7a90")
-RUNS_TITLES = {
-    "interval": "Runs step by step (light: live at start)",
-    "cumulative": "Runs step by step, never cleared (dashed)",
-    "both": "Runs step by step (light: live at start; dashed: never cleared)",
-    "categories": "Runs step by step, each peak by category",
-}
-OUTLINE = "#444444"  # each run's bar, in the by-category view
 
 
 # Fixed layouts: constrained layout would double the drawing time.
@@ -75,23 +71,9 @@ def _overview_axes(fig: Figure) -> list[Any]:
     return [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
 
 
-def _detail_axes(fig: Figure) -> list[Any]:
-    ax = fig.add_subplot()
-    fig.subplots_adjust(left=0.15, right=0.985, top=0.8, bottom=0.17)
-    return [ax]
-
-
 def _ranks_axes(fig: Figure) -> list[Any]:
     grid = fig.add_gridspec(2, 1, height_ratios=[1.35, 1], left=0.15, right=0.985, top=0.84, bottom=0.085, hspace=0.55)
     return [fig.add_subplot(grid[0]), fig.add_subplot(grid[1])]
-
-
-VIEW_TITLES = {
-    "interval": "Per step: each snapshot holds only its own step",
-    "cumulative": "Never cleared: each snapshot would hold every earlier step",
-    "both": "Per step vs never cleared: the gap is old history",
-    "categories": "Per step, what was alive at the peak, by category",
-}
 
 
 @plain_text
@@ -223,15 +205,13 @@ def _size_panel(ax: Any, labels: Sequence[str]) -> None:
 
 
 def _category_names(intervals: Sequence[Any]) -> list[str]:
-    from ..core.categories import ORDER
-
     names = [c for c in ORDER if any((iv.by_category_at_peak or {}).get(c) for iv in intervals)]
     return names + sorted({c for iv in intervals for c in (iv.by_category_at_peak or {})} - set(names))
 
 
 def _category_bars(
     ax: Any,
-    x: list[float],
+    x: Sequence[float],
     intervals: Sequence[Any],
     names: list[str] | None = None,
     width: float = 0.8,
@@ -337,59 +317,6 @@ def runs_figure(
             fontsize=FONT, frameon=False, loc="upper left", ncol=len(runs), handlelength=1.0, columnspacing=0.8
         )
     figure_legend(fig, [peak_ax])
-    return fig
-
-
-@plain_text
-def detail_figure(iv: Any, fig: Figure | None = None, *, name_rank: bool = False) -> Figure:
-    """One step's allocated-memory timeline (decimated, peaks kept) with its peak marked.
-    ``name_rank``: the title says the rank even when it is 0 (the session holds several)."""
-    fig, (ax,) = reuse_figure(fig, "detail", 3.2, _detail_axes)
-    where = f"{iv.device}, rank {iv.rank}" if name_rank or iv.rank != 0 else iv.device
-    panel_title(
-        ax,
-        f"Step {iv.step} ({where}): allocated memory over the step\n"
-        f"start {fmt_bytes(iv.baseline_allocated)} (dashed) · peak {fmt_bytes(iv.peak_allocated)} (▼)",
-    )
-    t, y = iv.time_us, iv.allocated
-    if t is None or len(t) == 0:
-        ax.text(
-            0.5,
-            0.5,
-            "no allocations or frees recorded in this step",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            color="gray",
-        )
-        ax.xaxis.set_major_locator(NullLocator())
-        ax.yaxis.set_major_locator(NullLocator())
-        ax.set_xlabel("")
-        return fig
-    ms = (t - t[0]) / 1000.0
-    # from the start, before the first event, to a little past the last: a step of one event
-    # draws its rise, and a step that only frees has its peak (its start) on the line
-    span = float(ms[-1] - ms[0])
-    ms = np.concatenate(([ms[0]], ms, [ms[-1] + (span * 0.02 if span > 0 else 0.001)]))
-    y = np.concatenate(([iv.baseline_allocated], y, [y[-1]]))
-    ax.step(ms, y, where="post", color=RISE, linewidth=1.2, label="allocated")
-    ax.axhline(
-        iv.baseline_allocated,
-        color="#6b7a90",
-        linestyle="--",
-        linewidth=1,
-        label=f"start {fmt_bytes(iv.baseline_allocated)}",
-    )
-    peak_at = int(y.argmax())
-    ax.plot([ms[peak_at]], [y[peak_at]], "v", color=CUMUL, markersize=9, label=f"peak {fmt_bytes(iv.peak_allocated)}")
-    if span > 0:
-        ax.xaxis.set_major_locator(AutoLocator())
-        ax.set_xlabel("time since the step's first event (ms)")
-    else:  # no time to show a scale of
-        ax.xaxis.set_major_locator(NullLocator())
-        ax.set_xlabel("every event at one instant")
-    ax.margins(y=0.1)
-    byte_axis(ax, from_zero=False)
     return fig
 
 

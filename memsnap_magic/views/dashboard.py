@@ -4,7 +4,7 @@ It reads the session and never touches torch. Plots are PNGs in ``Image`` widget
 update in place, survive in saved widget state, and need no custom JavaScript of ours: clicks and
 hovers on the overview come from ipyevents (a small, maintained widget library) in the PNG's own
 pixels, and ``pointing`` maps them to steps. Displayed, the dashboard also carries a still copy
-(an ``image/png`` and a text table) for reopened notebooks and frontends without widgets.
+(``still``: an ``image/png`` and a text table) for reopened notebooks and frontends without widgets.
 """
 
 from __future__ import annotations
@@ -16,25 +16,27 @@ from typing import Any
 
 import ipywidgets as w
 from ipyevents import Event
+from IPython.display import display
 
 from ..core.names import run_label
 from ..recording.process_state import STATE
 from ..results.intervals import Interval
-from ..results.session import Session, busiest
-from . import charts
-from .pointing import bar_in_column, column_at, position_at
-from .text import (
+from ..results.session import Session, busiest, recorded_before
+from . import charts, timeline
+from .explain import (
     bar_figures,
     blocks_table,
     caveats,
-    compare_runs,
-    count_of,
+    failure_banner,
     headline,
-    interval_table,
-    oom_report,
     ranks_figures,
+    run_comparisons,
     usage_line,
 )
+from .pointing import bar_at
+from .report import interval_table
+from .still import MAX_WIDTH, THEME_CSS, still_bundle
+from .words import count_of
 
 ALL_RANKS = "all"
 CUMULATIVE_MEANS = (
@@ -110,7 +112,7 @@ class Dashboard:
             image.layout = w.Layout(width="100%", max_width=MAX_WIDTH, height="auto", margin="6px 0")
         self.overview_fig: Any = None
         self.detail_fig: Any = None
-        self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see plots)
+        self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see chartkit.reuse_figure)
         self._overview_png = b""
         self._drawn: tuple[str, list[Interval]] = ("no steps yet", [])  # the still copy's words and rows, as drawn
         self._updating = False
@@ -122,7 +124,7 @@ class Dashboard:
         self.step.observe(self._on_step, "value")
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(1))
-        self.follow.observe(lambda change: change["new"] and self.refresh(newest=True), "value")
+        self.follow.observe(lambda change: self.refresh(newest=True) if change["new"] else None, "value")
         # clicks and leaving at once; moves at most every 80 ms (each is a round trip to the kernel)
         self._events = [
             Event(source=self.overview, watched_events=["click", "mouseleave"]),
@@ -174,18 +176,7 @@ class Dashboard:
 
     def _bar_at(self, x: float, y: float) -> Interval | None:
         """The interval whose bar (or column) is under pixel (x, y) of the overview's PNG."""
-        compared = self._compared()
-        if not compared:
-            shown = self.shown()
-            i = column_at(self.overview_fig, x, y, len(shown))
-            return shown[i] if i is not None else None
-        steps = sorted({iv.step for _, ivs in compared for iv in ivs})
-        position = position_at(self.overview_fig, x, y)
-        i = column_at(self.overview_fig, x, y, len(steps))
-        if position is None or i is None:
-            return None
-        _, ivs = compared[bar_in_column(position, len(compared))]
-        return next((iv for iv in ivs if iv.step == steps[i]), None)
+        return bar_at(self.overview_fig, x, y, self.shown(), self._compared())
 
     def _move(self, by: int) -> None:
         if self.step.value is not None:
@@ -233,22 +224,6 @@ class Dashboard:
         if len(runs) < 2 or self.group.value == ALL_RANKS:
             return []
         return [(run.label, self.shown(name)) for name, run in runs.items()]
-
-    @staticmethod
-    def _comparisons(label: str, compared: list[tuple[str, list[Interval]]]) -> list[str]:
-        """The shown run against each other, always earlier run → later one (the order they
-        began in, ``compared``'s), so a fix recorded after reads as before → after whichever
-        run is selected."""
-        names = [name for name, _ in compared]
-        mine = dict(compared)[label]
-        lines = []
-        for name, other in compared:
-            if name == label:
-                continue
-            pair = (label, mine, name, other) if names.index(label) > names.index(name) else (name, other, label, mine)
-            if (line := compare_runs(*pair)) is not None:
-                lines.append(line)
-        return lines
 
     def selected(self) -> Interval | None:
         ivs = self.shown()
@@ -322,7 +297,7 @@ class Dashboard:
             # every run's findings, the selected one's first: a leak in another run stays in view
             ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
             lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
-            lines += self._comparisons(label, compared)
+            lines += run_comparisons(label, compared)
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})
             mark = None
@@ -364,15 +339,8 @@ class Dashboard:
             self.usage.value = ""
             self._draw_overview()
             return
-        oom = oom_report(iv)
-        self.error.value = (
-            f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
-            f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error or 'nothing')}</b>"
-            f" — the snapshot shows memory up to the failure" + (f"<br>{html.escape(oom)}" if oom else "") + "</div>"
-            if iv.error or oom
-            else ""
-        )
-        self.detail_fig = self._figs["detail"] = charts.detail_figure(
+        self.error.value = failure_banner(iv)
+        self.detail_fig = self._figs["detail"] = timeline.detail_figure(
             iv, fig=self._figs.get("detail"), name_rank=len({rank for rank, _ in self.groups()}) > 1
         )
         self.detail.value = charts.png(self.detail_fig)
@@ -393,8 +361,6 @@ class Dashboard:
         through a display id: a notebook reopened without its kernel, or exported, shows the copy
         (JupyterLab saves no widget state by default and does not fall back to a widget output's
         image). While the widget is live, CSS hides the copy."""
-        from IPython.display import display
-
         display(self._widget_bundle(), raw=True)
         self._still = display(self._still_bundle(), raw=True, display_id=True)
 
@@ -404,26 +370,8 @@ class Dashboard:
         return bundle
 
     def _still_bundle(self) -> dict[str, Any]:
-        png = base64.b64encode(self._overview_png).decode("ascii")
         as_of, rows = self._drawn
-        table = interval_table(rows)
-        state = "superseded by a newer dashboard" if self.superseded else "the live dashboard needs its kernel"
-        findings = "".join(f"<div>{html.escape(line)}</div>" for line in self.findings)
-        return {
-            "text/html": (
-                f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
-                f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
-                f"{state}</div>{findings}"
-                f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}' "
-                f"alt='memsnap overview: peak, kept and snapshot size per step'>"
-                # columns stay columns: monospace wherever it lands (nbconvert styles pre otherwise),
-                # long paths scroll instead of wrapping mid-word
-                "<pre style='font-size:smaller;font-family:monospace;white-space:pre;overflow-x:auto'>"
-                f"{html.escape(table)}</pre></div>"
-            ),
-            "image/png": png,
-            "text/plain": "\n".join([f"memsnap {as_of}", *self.findings, table]),
-        }
+        return still_bundle(self._overview_png, as_of, rows, self.findings, self.superseded)
 
     def _update_still(self) -> None:
         if self._still is not None:
@@ -435,31 +383,6 @@ class Dashboard:
         bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
         bundle["text/plain"] = interval_table(self.session.intervals)
         return bundle
-
-
-STILL = "memsnap-still"
-MAX_WIDTH = "1100px"  # the figures' 11-pt text is 26 px there
-# PNGs bake their colours in and the kernel cannot know the theme: in a dark theme (JupyterLab's
-# attribute, VS Code's class) the pictures are inverted, hues turned back, so they are dark with
-# light text instead of glaring white boxes. The selected view button takes the theme's brand colour.
-_DARK = ("body[data-jp-theme-light='false']", "body.vscode-dark")
-THEME_CSS = (
-    ", ".join(f"{d} .memsnap-dashboard img, {d} .{STILL} img" for d in _DARK)
-    + " {filter: invert(0.9) hue-rotate(180deg);} "
-    + ".memsnap-dashboard .widget-toggle-button.mod-active {background: var(--jp-brand-color1, #1976d2);"
-    + " color: var(--jp-ui-inverse-font-color1, #fff); font-weight: bold;}"
-)
-# The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
-_HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
-
-
-def recorded_before(iv: Interval, ivs: list[Interval]) -> list[Interval]:
-    """The intervals of ``iv``'s rank and device recorded before it, oldest first: by when their
-    snapshots were taken (a lower step may have run later), else in step order."""
-    same = [e for e in ivs if (e.rank, e.device) == (iv.rank, iv.device)]
-    if iv.end_us is not None and all(e.end_us is not None for e in same):
-        return sorted((e for e in same if e.end_us < iv.end_us), key=lambda e: e.end_us)
-    return same[: next((n for n, e in enumerate(same) if e is iv), len(same))]
 
 
 def _close_all(widget: w.Widget) -> None:

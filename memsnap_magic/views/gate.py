@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..results.stacks import site_bytes
-from .text import fmt_bytes, step_list
+from .words import fmt_bytes, step_list
 
 if TYPE_CHECKING:
     from ..results.intervals import Interval

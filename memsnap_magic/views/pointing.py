@@ -7,6 +7,7 @@ shown at: the browser reports positions in the PNG's pixels, whatever its CSS si
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .chartkit import SCALE
@@ -40,3 +41,18 @@ def bar_in_column(position: float, bars: int, width: float = 0.8) -> int:
     ``position`` falls on: the runs compared in one step's column."""
     offset = position - round(position) + width / 2
     return min(max(int(offset // (width / bars)), 0), bars - 1)
+
+
+def bar_at(fig: Any, x: float, y: float, shown: Sequence[Any], compared: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+    """The interval whose bar (or column) is under pixel (x, y) of an overview's PNG: of ``shown``
+    (one bar per step), or of ``compared`` runs (a column per step, a bar per run); None off them."""
+    if not compared:
+        i = column_at(fig, x, y, len(shown))
+        return shown[i] if i is not None else None
+    steps = sorted({iv.step for _, ivs in compared for iv in ivs})
+    position = position_at(fig, x, y)
+    i = column_at(fig, x, y, len(steps))
+    if position is None or i is None:
+        return None
+    _, ivs = compared[bar_in_column(position, len(compared))]
+    return next((iv for iv in ivs if iv.step == steps[i]), None)

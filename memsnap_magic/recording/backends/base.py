@@ -79,7 +79,7 @@ class Backend(ABC):
 
     def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
         """``snapshot()``, its entries given ``mark`` as their ``user_metadata`` where this
-        backend builds them (cheaper than ``layout.stamp`` adding a key to each afterwards);
+        backend builds them (cheaper than ``files.layout.stamp`` adding a key to each afterwards);
         else unmarked, for ``stamp``. ``mark`` None: several steps' marks, ``stamp``'s job."""
         return self.snapshot()
 

@@ -1,3 +1,4 @@
-"""The CPU route: profiler sessions (``backend``), their events read into a snapshot
-(``history``), and the namespace walk that finds the tensors live at a cell's edges
-(``live_tensors``)."""
+"""The CPU route: ``backend`` (``CpuBackend``) runs ``profiler`` sessions; ``events`` reads what
+they report by columns, ``frames`` the Python tracer's stacks, ``history`` turns both into a
+snapshot; ``live_tensors`` walks the namespace for the tensors live at a cell's edges, which
+``storage_refs`` follows between walks; ``oom`` reads a failed allocation."""

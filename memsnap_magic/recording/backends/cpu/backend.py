@@ -3,7 +3,7 @@
 PyTorch has no history recorder for CPU tensors. ``profile_memory=True`` makes the CPU allocator
 report every allocation and free while the profiler runs, with only the user scope enabled (a
 training step costs ~1.1x; a loop of tiny tensors ~10x, all of it the profiler's, and ~2 KB of
-memory per event until the session ends). ``cpu_history`` turns the events into
+memory per event until the session ends). ``history`` turns the events into
 ``alloc``/``free_requested``/``free_completed`` entries and the blocks live at the end into
 segments, so the analysis and memory_viz read CPU dumps like CUDA ones.
 
@@ -20,22 +20,22 @@ Tensors reachable only from elsewhere (closures, autograd graphs of unnamed resu
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
-import threading
 import time
 import weakref
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
-from ....core.nogc import no_gc
 from ....core.warn import warn_once
 from ...options import DEFAULTS
 from ...process_state import STATE
 from ..base import Backend, BackendError, Names
-from .history import STACK_BYTES, History, check_instants
-from .live_tensors import Watch, live_storages
+from .frames import STACK_BYTES
+from .history import History
+from .live_tensors import live_storages
+from .oom import allocator_failure, available_bytes, traceback_frames
+from .profiler import _Profiler, resident_bytes
+from .storage_refs import StorageRefs
 
 if TYPE_CHECKING:
     from ...options import Options
@@ -47,261 +47,13 @@ TESTED_TORCH = ("2.13", "2.14")
 OLDEST_TORCH = (2, 5)
 
 
-@contextlib.contextmanager
-def _stderr_caught() -> Iterator[Callable[[], list[bytes]]]:
-    """File descriptor 2 (what C++ code prints to) caught inside; the lines it got, once out.
-    Left alone where the process has no stderr (``sys.stderr`` None: descriptor 2 was closed at
-    start, and may be another file's now) or descriptor 2 is closed."""
-    lines: list[bytes] = []
-    try:
-        if sys.stderr is None:
-            raise OSError("no stderr")
-        saved = os.dup(2)
-    except OSError:
-        yield lambda: lines
-        return
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    spool = _spool()
-    os.dup2(spool, 2)
-    try:
-        yield lambda: lines
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        with contextlib.suppress(OSError):
-            os.lseek(spool, 0, os.SEEK_SET)
-            lines = _read_all(spool).splitlines(keepends=True)
-        os.close(spool)
-
-
-def _spool() -> int:
-    """A descriptor to catch output in: in memory where the system has it, else a temporary
-    file, else the null device."""
-    with contextlib.suppress(Exception):
-        return os.memfd_create("memsnap-stderr")
-    with contextlib.suppress(Exception):
-        import tempfile
-
-        fd, path = tempfile.mkstemp(prefix="memsnap-stderr-")
-        os.unlink(path)
-        return fd
-    return os.open(os.devnull, os.O_RDWR)
-
-
-def _read_all(fd: int) -> bytes:
-    parts = []
-    while chunk := os.read(fd, 1 << 16):
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-class _Profiler:
-    """The cheapest memory-only profiler session: user scope, no operator events."""
-
-    def __init__(self) -> None:
-        os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
-        from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
-
-        # (state, report_input_shapes, profile_memory, with_stack, with_flops, with_modules, experimental)
-        self._configs = {
-            stacks: ProfilerConfig(ProfilerState.KINETO, False, True, stacks, False, False, _ExperimentalConfig())
-            for stacks in (False, True)
-        }
-        self._activities = {ProfilerActivity.CPU}
-        self._scopes = {RecordScope.USER_SCOPE}
-        self._warm = False
-        self.running = False  # our session is on (a torch.profiler of the user's may still take it over)
-        # What the last sessions reported, read and done with: PyTorch frees it in ~1 µs per event.
-        self.spent: list[Any] = []
-        self.events_read = 0  # allocation events the reader found in what is spent (the backend counts them)
-        self._released: tuple[int, threading.Event] | None = None  # (pid, set once freed in the background)
-        self._rss_at_start: int | None = None
-        self._used_in: int | None = None  # the process that started a session (a fork's child cannot)
-        # kineto started before us (a torch.profiler of the user's): it prints two USDT lines per session
-        self._chatty = False
-        self._started_in: int | None = None  # the thread that started the session
-        self.ended_by_thread = False  # that thread stopped it as it ended (``_EndsWithThread``)
-
-    def warm_up(self) -> None:
-        """Pay the one-off start cost now and spend the allocator's once-per-process warning
-        ("Memory block of unknown size…") with stderr silenced, so the user's cell shows neither."""
-        if self._warm:
-            return
-        import torch
-
-        victim = torch.empty(16)
-        with _stderr_caught() as caught:
-            self.start()
-            del victim
-            probe = torch.empty(16)  # an allocation and a free seen whole, for check_instants
-            del probe
-            check_instants(self.stop() or [])
-            self._settle()
-        self._chatty = any(line.startswith(b"USDT:") for line in caught())
-        self._warm = True
-
-    def start(self, stacks: bool = False) -> None:
-        """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
-        from torch._C._autograd import _enable_profiler, _prepare_profiler
-
-        if self._used_in not in (None, os.getpid()):
-            raise BackendError(
-                "device=cpu: this process was forked from one that had recorded on the CPU, and "
-                "PyTorch's profiler hangs when started again in such a child; start the worker "
-                "with multiprocessing's 'spawn' method (multiprocessing.get_context('spawn'))"
-            )
-        self._used_in = os.getpid()
-        self._settle()  # no session starts while an old one's results are being freed
-        config = self._configs[stacks]
-        self._rss_at_start = _resident_bytes()
-        self._without_usdt(_prepare_profiler, config, self._activities)
-        self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
-        self.running = True
-        self._started_in, self.ended_by_thread = threading.get_ident(), False
-        if threading.current_thread() is not threading.main_thread() and not hasattr(_THREAD, "end"):
-            _THREAD.end = _EndsWithThread(self)
-
-    def stop(self) -> list[Any] | None:
-        """Stop; the roots of the session's event tree (its allocation events, in time order). None
-        when the session is not ours any more: a ``torch.profiler`` started meanwhile took it over
-        (its end ended ours), or is running now (then it is left running, untouched)."""
-        from torch._C._autograd import _disable_profiler, _profiler_enabled
-
-        self.running = False
-        if not _profiler_enabled() or public_profiler_running():
-            return None
-        hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
-        result = self._without_usdt(_disable_profiler)
-        if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
-            sys.setprofile(hook)
-        with no_gc():  # the tree is an object per event: collections while building it walk them all
-            roots = result.experimental_event_tree()
-        # The session's own buffers (~0.5 KB an event) are freed later, unless it grew the
-        # process by a GB or more: then memory comes first, and they go now, before the tree is read.
-        rss, start = _resident_bytes(), self._rss_at_start
-        self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
-        return roots
-
-    def _without_usdt(self, call: Callable[..., Any], *args: Any) -> Any:
-        """``call(*args)``. Where kineto was started before us, without our quiet log level, its
-        USDT lines are kept out of the user's output; what else it says is passed on."""
-        if not self._chatty:
-            return call(*args)
-        caught: Callable[[], list[bytes]] | None = None
-        try:
-            with _stderr_caught() as caught:
-                return call(*args)
-        finally:  # what it printed before a failure too
-            kept = [line for line in caught() if not line.startswith(b"USDT:")] if caught is not None else []
-            if kept:
-                with contextlib.suppress(OSError):
-                    os.write(2, b"".join(kept))
-
-    def end_with_thread(self) -> None:
-        """Stop the session this thread started, as the thread ends: no other thread can (its
-        results are dropped; the recording's owner says nothing was written)."""
-        from torch._C._autograd import _disable_profiler, _profiler_enabled
-
-        if not (self.running and self._started_in == threading.get_ident()):
-            return
-        if _profiler_enabled() and not public_profiler_running():
-            with contextlib.suppress(Exception), _stderr_caught():
-                _disable_profiler()
-                self.running, self.ended_by_thread = False, True  # else clear_lost still clears
-
-    def clear_lost(self) -> None:
-        """Clear what a session left by a thread that ended (its Python tracer, callbacks):
-        one session opened and closed here. PyTorch says what it finds on stderr: kept out.
-        Nothing is left where the thread stopped its own session as it ended."""
-        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
-
-        self.running = False
-        if self.ended_by_thread:
-            return
-        config = self._configs[True]
-        with contextlib.suppress(Exception), _stderr_caught():
-            _prepare_profiler(config, self._activities)
-            _enable_profiler(config, self._activities, self._scopes)
-            _disable_profiler()
-
-    def release(self) -> None:
-        """Free what the stopped sessions reported off the cell's critical path: the background
-        writer does it (before the cell's file), and the next session starts once it is done.
-        Destroying a session's results costs ~1 µs per event (0.3-0.6 s after 300,000); those
-        of a few events are freed here, for less than handing them over costs."""
-        events, self.events_read = self.events_read, 0
-        if events < FREE_HERE:
-            self.spent.clear()
-            return
-        from ....files.writer import WRITER
-
-        self._wait_for_release()
-        spent, self.spent = self.spent, []
-        done = threading.Event()
-        self._released = (os.getpid(), done)
-        # Freeing a big session holds the GIL throughout: the cell finishes and replies first.
-        pause = YIELD_S if events >= YIELD_PAST else 0.0
-        WRITER.submit(_freeing(spent, done, pause), "the CPU profiler's results")
-
-    def _settle(self) -> None:
-        """Free what is spent now, and wait for what is being freed in the background."""
-        self.spent.clear()
-        self.events_read = 0
-        self._wait_for_release()
-
-    def _wait_for_release(self) -> None:
-        if self._released is not None:
-            pid, done = self._released
-            if pid == os.getpid():  # a fork's copy was never handed to its writer: nothing to wait for
-                done.wait()
-            self._released = None
-
-
-HEAVY_SESSION = 1 << 30  # bytes a session grew the process by (~500,000 events) past which its buffers go at once
-FREE_HERE = 64  # allocation events read below which freeing a session's results is cheaper than a hand-over
-YIELD_PAST, YIELD_S = 20_000, 0.05  # past these events the freeing waits this long before it starts
-
-
-_THREAD = threading.local()  # what a thread other than the main one holds until it ends
-
-
-class _EndsWithThread:
-    """Kept in a thread's local storage, which Python clears in that very thread as it ends: a
-    profiler session still on then is stopped there (left on, it crashed the process at exit)."""
-
-    def __init__(self, profiler: _Profiler) -> None:
-        self.profiler = profiler
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.profiler.end_with_thread()
-
-
-def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[[], None]:
-    """A writer job freeing ``spent``; lists a chunk at a time, so the GIL changes hands between."""
-
-    def job() -> None:
-        try:
-            time.sleep(pause)
-            while spent:
-                item = spent.pop()
-                while isinstance(item, list) and item:
-                    del item[-4096:]
-                del item
-        finally:
-            done.set()
-
-    return job
-
-
 def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
     """Weak references calling ``died(address)`` when each storage is freed: a storage's Python
     object lives exactly as long as the storage once made, so its death is the block's free."""
     refs = []
     for ptr, storage in storages.items():
         with contextlib.suppress(TypeError):
-            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))
+            refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))  # type: ignore[misc]  # a lambda's default
     return refs
 
 
@@ -319,13 +71,6 @@ def _profile_hook_on() -> bool:
         "without Python stacks while it is, so that it keeps running through the cell",
     )
     return True
-
-
-def public_profiler_running() -> bool:
-    """Whether a ``torch.profiler``/``torch.autograd.profiler`` session of the user's is on."""
-    import torch.autograd.profiler as autograd_profiler
-
-    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
 
 
 def _refuse_if_too_old() -> None:
@@ -381,8 +126,8 @@ class CpuBackend(Backend):
         self._live_start: dict[int, int] = {}
         self._carried: dict[int, int] = {}  # the blocks live at the last interval's end, not seen freed since
         self._carried_frames: dict[int, list[dict[str, Any]]] = {}  # their stacks
-        self._watch = Watch()  # the storages of carried blocks and start blocks a walk found
-        self._foreign = Watch()  # storages of memory PyTorch's allocator did not make, while they live
+        self._watch = StorageRefs()  # the storages of carried blocks and start blocks a walk found
+        self._foreign = StorageRefs()  # storages of memory PyTorch's allocator did not make, while they live
         self._stacks = True  # record Python stacks (context=all/alloc)
         self._namespace: Names | None = None
         self._also: Any = None  # the cell's value, until the snapshot has walked it
@@ -394,7 +139,7 @@ class CpuBackend(Backend):
         self._cells_seen = -1  # notebook cells begun when the last interval ended (STATE.cells_begun)
 
     @property
-    def recording(self) -> bool:
+    def recording(self) -> bool:  # type: ignore[override]  # read-only: the profiler's state says it
         return self._open or self._gap
 
     @classmethod
@@ -476,12 +221,12 @@ class CpuBackend(Backend):
     def snapshot_marked(self, mark: str | None) -> dict[str, Any]:
         """The events so far (the profiler stops to report them; ``end`` decides what follows)."""
         if self._profiler.running:
-            roots = self._profiler.stop()
-            if roots is None:
+            events = self._profiler.stop()
+            if events is None:
                 self.incomplete = TAKEN_OVER
             else:
                 before = self._history.count
-                self._history.add(roots, held=self._profiler.spent)
+                self._history.add(events, held=self._profiler.spent)
                 self._profiler.events_read += self._history.count - before
                 _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
@@ -549,15 +294,15 @@ class CpuBackend(Backend):
             self._namespace = namespace
 
     def failed_request(self, error: BaseException | None, time_us: int) -> dict[str, Any] | None:
-        failed = _allocator_failure(error)
+        failed = allocator_failure(error)
         if failed is None:
             return None
         error, requested = failed
         entry: dict[str, Any] = {"action": "oom", "size": requested, "stream": 0, "time_us": time_us}
-        free = _available_bytes()
+        free = available_bytes()
         if free is not None:
             entry["device_free"] = free
-        entry["frames"] = _traceback_frames(error)
+        entry["frames"] = traceback_frames(error)
         return entry
 
     def incomplete_because(self, error: BaseException) -> str | None:
@@ -568,7 +313,7 @@ class CpuBackend(Backend):
         return None
 
     def usage(self) -> dict[str, int] | None:
-        rss = _resident_bytes()
+        rss = resident_bytes()
         return {"rss": rss} if rss is not None else None
 
     def end(self, *, keep: bool) -> None:
@@ -660,68 +405,3 @@ PROFILER_REFUSED = (
     "a profiler started inside could not start: the CPU route's profiler session runs through the "
     "cell and PyTorch allows one a thread (profile outside %%memsnap, or record on an accelerator)"
 )
-
-
-# What the CPU allocator raises when malloc fails (c10/core/impl/alloc_cpu.cpp): a RuntimeError
-_ALLOCATOR_FAILED = re.compile(
-    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d{1,19}) bytes"
-)
-
-
-def _allocator_failure(error: BaseException | None) -> tuple[BaseException, int] | None:
-    """The CPU allocator's out-of-memory error in ``error`` or what it was raised from (a few
-    links: a library may wrap it), and the bytes it asked for."""
-    seen = 0
-    while error is not None and seen < 8:
-        if isinstance(error, RuntimeError):
-            found = _ALLOCATOR_FAILED.search(str(error)[:4096])
-            if found is not None and int(found.group(1)) < 1 << 63:
-                return error, int(found.group(1))
-        # the chain the traceback shows: `raise ... from None` hides a handled failure
-        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-        seen += 1
-    return None
-
-
-def _available_bytes() -> int | None:
-    """Memory a new allocation could still get (Linux ``MemAvailable``), where the system says."""
-    from ....files.snapshot import proc_bytes
-
-    available = proc_bytes("/proc/meminfo", b"MemAvailable:")
-    if available is not None:
-        return available
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _traceback_frames(error: BaseException) -> list[dict[str, Any]]:
-    """The failing request's stack, innermost first, in PyTorch's frame format: the traceback
-    runs from the cell down to the line whose call asked for the memory."""
-    frames = []
-    tb = error.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        frames.append({"filename": code.co_filename, "line": tb.tb_lineno, "name": code.co_name})
-        tb = tb.tb_next
-    return frames[::-1]
-
-
-_STATM: dict[int, int] = {}  # pid -> descriptor of its /proc/self/statm (a fork's child opens its own)
-
-
-def _resident_bytes() -> int | None:
-    """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere. Read through a
-    descriptor kept open: 2 µs, not the 20 µs of opening the file for each of a cell's four reads."""
-    try:
-        pid = os.getpid()
-        fd = _STATM.get(pid)
-        if fd is None:
-            for inherited in _STATM.values():  # the parent's: it reads the parent's figures
-                os.close(inherited)
-            _STATM.clear()
-            fd = _STATM[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        return int(os.pread(fd, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None

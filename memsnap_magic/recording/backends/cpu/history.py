@@ -16,26 +16,25 @@ older reader; the tests compare them, with and without the tracer).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from itertools import chain, compress, repeat
-from operator import attrgetter, countOf, is_, itemgetter, not_
-from typing import TYPE_CHECKING, Any
+from itertools import chain, compress
+from operator import attrgetter, countOf, itemgetter
+from typing import Any
+
+import numpy as np
 
 from ....core.nogc import no_gc
 from ....files.compact import Compact, expand
 from ....files.layout import MARK_KEY
-from ....results.stacks import user_frames
+from .events import columns, other_devices_may_allocate
+from .frames import Stacks
 
-if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
-    Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
-
-_FIELDS, _PTR, _SIZE = attrgetter("extra_fields"), attrgetter("ptr"), attrgetter("alloc_size")
-_TIME, _DEVICE, _CHILDREN = attrgetter("start_time_ns"), attrgetter("device"), attrgetter("children")
-_DURATION = attrgetter("duration_time_ns")
+_PTR, _SIZE, _TIME, _DEVICE = (
+    attrgetter("ptr"),
+    attrgetter("alloc_size"),
+    attrgetter("start_time_ns"),
+    attrgetter("device"),
+)
 _ACTION = itemgetter("action")
-_INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
-_CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
-STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
 
 
 class _Tables:
@@ -83,8 +82,8 @@ class History:
         self.live_start = live_start
         self.tables = _Tables(set(live_start))
         self.window: deque[tuple[int, int, int]] = deque(maxlen=newest)  # (time_ns, ptr, size), newest
-        # With the profiler's Python tracer on: each allocation's stack (see ``_Stacks``).
-        self.stacks = _Stacks(start_frames or {}) if frames else None
+        # With the profiler's Python tracer on: each allocation's stack (see ``frames.Stacks``).
+        self.stacks = Stacks(start_frames or {}) if frames else None
         self.freed_unseen = 0  # bytes of start blocks the last snapshot could only free at its end
 
     @property
@@ -104,8 +103,8 @@ class History:
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
         tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
-        check_devices = _other_devices_may_allocate()
-        for nodes, fields, times, ups in _columns(roots, self.stacks is not None, held if held is not None else []):
+        check_devices = other_devices_may_allocate()
+        for nodes, fields, times, ups in columns(roots, self.stacks is not None, held if held is not None else []):
             sizes = list(map(_SIZE, fields))
             if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
                 keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
@@ -157,8 +156,8 @@ class History:
         ``segment_alloc`` and a free followed by its ``segment_free``: PyTorch's viewer, replaying
         backwards from the end state, then finds every block it restores inside a segment.
         ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
-        ``compact.complete`` (before the file is written); else it is complete. ``mark``: the
-        ``user_metadata`` of every entry (``layout.stamp``'s, given here where one step is held).
+        ``files.compact.complete`` (before the file is written); else it is complete. ``mark``: the
+        ``user_metadata`` of every entry (``files.layout.stamp``'s, given here where one step is held).
         """
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
@@ -231,8 +230,8 @@ class History:
                         del pending[gone]
                         add(_freed(gone, gone_size, gone_us, mark, start_frames.get(gone)))
                 if size > 0:
-                    frames = stacks.get(index) if stacks else None
-                    if frames is None:
+                    made_in = stacks.get(index) if stacks else None
+                    if made_in is None:
                         alloc = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
                         opened.pop(ptr, None)
                     else:
@@ -242,9 +241,9 @@ class History:
                             "size": size,
                             "stream": 0,
                             "time_us": t_us,
-                            "frames": frames,
+                            "frames": made_in,
                         }
-                        opened[ptr] = frames
+                        opened[ptr] = made_in
                     if mark is not None:  # after the frames, as stamping put it
                         alloc[m] = mark
                     add(alloc)
@@ -253,8 +252,8 @@ class History:
                     first = index == t.first_index.get(ptr)
                     if known and first:
                         size = known.pop(ptr, size)
-                    frames = opened.pop(ptr, None) or (start_frames.get(ptr) if first else None)
-                    add(_freed(ptr, size, t_us, mark, frames))
+                    freed_from = opened.pop(ptr, None) or (start_frames.get(ptr) if first else None)
+                    add(_freed(ptr, size, t_us, mark, freed_from))
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
             trace.append(_freed(gone, gone_size, gone_us, mark, self._start_frames(gone)))
@@ -291,8 +290,6 @@ def _silent_frees(
     storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
     if not blocks:
         return {}, set()
-    import numpy as np
-
     events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
     times = events[:, 0]
     allocs = np.flatnonzero(events[:, 2] > 0)
@@ -326,232 +323,6 @@ def _silent_frees(
         if t_ns is not None:
             placed.setdefault(at + window_start, []).append((ptr, blocks[ptr], t_ns // 1000))
     return placed, before_window
-
-
-def _other_devices_may_allocate() -> bool:
-    """Whether an accelerator in this process may have reported allocations to the profiler too
-    (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""
-    import sys
-
-    import torch
-
-    from ....core.devices import KINDS
-
-    for kind in KINDS:
-        module = getattr(torch, kind, None) if kind != "cpu" else None  # torch.npu: once torch_npu is in
-        if module is not None and getattr(module, "is_initialized", lambda: True)():
-            return True
-    # MPS has no history API to record it by, but its allocations reach the profiler all the same
-    mps = getattr(torch.backends, "mps", None)
-    return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
-
-
-def _columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns]:
-    """The CPU allocation events of a session's tree in time order, a chunk at a time:
-    ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
-    its roots are the events) is read a chunk at a time, each event's time only if it is among
-    the newest (``nodes``); any other tree by levels (``times``, ``parents``), whose lists of
-    fields and nodes read join ``held`` (they live together anyway; a chunk's are let go with it)."""
-    from torch._C._profiler import _ExtraFields_Allocation
-
-    if tracer:
-        yield from _by_levels(roots, held)
-        return
-    for lo in range(0, len(roots), _CHUNK):
-        nodes = roots[lo : lo + _CHUNK]
-        fields = list(map(_FIELDS, nodes))
-        if set(map(type, fields)) - {_ExtraFields_Allocation}:
-            # Everything in the chunks read so far happened before this chunk's first root began.
-            yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
-            return
-        yield nodes, fields, None, None
-
-
-def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
-    """The allocation events of a tree whose roots are not all allocations, in time order, and
-    the node each sits in (a Python call, a C function called from Python, a user scope; None at
-    the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
-    An allocation is an instant, so only nodes of zero duration have their fields read (a call's
-    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
-    from torch._C._profiler import _ExtraFields_Allocation
-
-    found: list[Any] = []
-    times: list[int] = []
-    ups: list[Any] = []
-    level, up = roots, [None] * len(roots)
-    while level:
-        held.append(level)
-        if len(level) < NARROW:  # a C-level pass costs a fixed ~0.3 µs: a loop is cheaper on a few nodes
-            level, up = _narrow_level(level, up, fields, found, times, ups, _ExtraFields_Allocation)
-            fields = None
-            continue
-        if fields is None and _INSTANTS[0]:
-            instant = list(map(not_, map(_DURATION, level)))
-            nodes, parents = list(compress(level, instant)), list(compress(up, instant))
-            fields = list(map(_FIELDS, nodes))
-        else:
-            instant, nodes, parents = [True] * len(level), level, up
-            fields = fields if fields is not None else list(map(_FIELDS, level))
-        is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
-        found += compress(fields, is_alloc)
-        times += map(_TIME, compress(nodes, is_alloc))
-        ups += compress(parents, is_alloc)
-        if all(instant):
-            inner = list(compress(level, map(not_, is_alloc)))
-        else:  # the calls, and any instant that is not an allocation
-            allocs = iter(is_alloc)
-            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
-        kids = list(map(_CHILDREN, inner))
-        level = list(chain.from_iterable(kids))
-        up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
-        fields = None
-    held.append(found)
-    order = sorted(range(len(times)), key=times.__getitem__)
-    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
-    for lo in range(0, len(found), _CHUNK):
-        yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
-
-
-NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)
-
-
-def _narrow_level(
-    level: list[Any],
-    up: list[Any],
-    fields: list[Any] | None,
-    found: list[Any],
-    times: list[int],
-    ups: list[Any],
-    allocation: type,
-) -> tuple[list[Any], list[Any]]:
-    """``_by_levels``' pass over one level, node by node: the allocations (fields of type
-    ``allocation``) join ``found``, ``times`` and ``ups``; the next level and its parents are returned."""
-    instants = fields is None and _INSTANTS[0]
-    below: list[Any] = []
-    parents: list[Any] = []
-    for i, node in enumerate(level):
-        if fields is not None:
-            kind = fields[i]
-        elif instants and node.duration_time_ns:
-            kind = None  # a call: only instants are allocations
-        else:
-            kind = node.extra_fields
-        if type(kind) is allocation:
-            found.append(kind)
-            times.append(node.start_time_ns)
-            ups.append(up[i])
-        else:
-            kids = node.children
-            below += kids
-            parents += [node] * len(kids)
-    return below, parents
-
-
-def check_instants(roots: list[Any]) -> None:
-    """Read fields only of nodes without duration from now on if this session's allocations had
-    none (so PyTorch reports them; a release that changed it costs the reader speed, not events)."""
-    from torch._C._profiler import _ExtraFields_Allocation
-
-    allocations = [n for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
-    _INSTANTS[0] = bool(allocations) and not any(map(_DURATION, allocations))
-
-
-class _Stacks:
-    """Python stacks of CPU allocations, from the profiler's Python tracer.
-
-    The tracer records each Python call (``PyCall``: its ``def`` line as ``callsite``, the line
-    that called it as ``caller``) and each C function called from Python (``PyCCall``: the line
-    that called it). An allocation inside a C function (``torch.ones``, ``x.exp()``) thus gets its
-    exact line; one made directly by a Python function (``x * 2`` goes through no C function
-    call) gets the function's ``def`` line. Each outer frame is the line that made the call.
-    Stacks are built once per tree node and shared, as PyTorch shares them in its snapshots.
-    """
-
-    def __init__(self, start_frames: dict[int, list[dict[str, Any]]]) -> None:
-        self.start_frames = start_frames  # blocks carried in from the last interval, with their stacks
-        self.last: dict[int, tuple[int, list[dict[str, Any]]]] = {}  # address -> (size, stack) of its last alloc
-        self.window: deque[tuple[int, list[dict[str, Any]]]] = deque()  # (event index, stack), newest events
-        # id(node) -> (node, stack): the node is held so that its id is not reused while known
-        self._memo: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # of an allocation in it
-        self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
-        self._user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the same, up to the user's outermost
-
-    def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
-        """Each allocation's stack, by address: what the blocks live at the end are given."""
-        of, last = self.of, self.last
-        for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes)):
-            last[ptrs[i]] = (sizes[i], of(parents[i]))
-
-    def keep(self, first: int, sizes: list[int], parents: list[Any], window_start: int) -> None:
-        """The stacks of the newest events (numbered from ``first``), for their trace entries."""
-        of = self.of
-        self.window.extend(
-            (first + i, of(parents[i]))
-            for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
-        )
-        while self.window and self.window[0][0] < window_start:
-            self.window.popleft()
-        self._memo, self._outer, self._user = {}, {}, {}  # node ids are only good while this session's tree lives
-
-    def window_frames(self, window_start: int) -> dict[int, list[dict[str, Any]]]:
-        return {i: f for i, f in self.window if i >= window_start}
-
-    def block_frames(self, ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
-        if carried:
-            return self.start_frames.get(ptr, [])
-        hit = self.last.get(ptr)
-        return hit[1] if hit is not None and hit[0] == size else []
-
-    def of(self, node: Any) -> list[dict[str, Any]]:
-        """The stack of an allocation made inside ``node``, innermost frame first."""
-        if node is None:
-            return []
-        hit = self._memo.get(id(node))
-        if hit is None:
-            from torch._C._profiler import _ExtraFields_PyCall, _ExtraFields_PyCCall
-
-            fields = node.extra_fields
-            kind = type(fields)
-            if kind is _ExtraFields_PyCCall:
-                frames = [_frame(fields.caller), *self._users(node.parent)]
-            elif kind is _ExtraFields_PyCall:
-                frames = [_frame(fields.callsite), *self._users(node)]
-            else:
-                frames = self._users(node)
-            hit = self._memo[id(node)] = (node, frames)
-        return hit[1]
-
-    def _users(self, node: Any) -> list[dict[str, Any]]:
-        """``_enclosing`` up to the user's outermost frame: a file holds none of the frames of the
-        shell, kernel or runner beneath it (once per node: its calls share it)."""
-        hit = self._user.get(id(node))
-        if hit is None:
-            hit = self._user[id(node)] = (node, user_frames(self._enclosing(node), whole_if_none=False))
-        return hit[1]
-
-    def _enclosing(self, node: Any) -> list[dict[str, Any]]:
-        """The frames around ``node``'s call, innermost first: for each Python call, the line
-        that made it. Walked upwards until a node already known (no recursion: stacks are deep)."""
-        from torch._C._profiler import _ExtraFields_PyCall
-
-        path, known = [], []
-        while node is not None:
-            hit = self._outer.get(id(node))
-            if hit is not None:
-                known = hit[1]
-                break
-            path.append(node)
-            node = node.parent
-        for n in reversed(path):
-            fields = n.extra_fields
-            if type(fields) is _ExtraFields_PyCall and n.parent is not None:
-                known = [_frame(fields.caller), *known]
-            self._outer[id(n)] = (n, known)
-        return known
-
-
-def _frame(state: Any) -> dict[str, Any]:
-    return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
 
 
 def _freed(

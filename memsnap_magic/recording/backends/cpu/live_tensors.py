@@ -15,7 +15,7 @@ import functools
 import sys
 import weakref
 from collections import deque
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, islice, repeat
 from operator import is_
 from types import FunctionType, GetSetDescriptorType, MemberDescriptorType, ModuleType
@@ -85,7 +85,7 @@ def _walk(
     seen: set[int] = set()
     left = [limit]
     queue: deque[tuple[Any, int]] = deque()
-    kept_by_modules: list[tuple[list[Any], int]] = []  # read once the queue is done
+    kept_by_modules: list[tuple[Iterable[Any], int]] = []  # read once the queue is done
     skip = (ModuleType, *_SCALARS)
     # functions and classes defined by the namespace's own module (a notebook's cells: __main__)
     # are looked into: a tensor in a closure, a default or a class attribute; a library's are not
@@ -221,6 +221,15 @@ class _TensorFields:
     """A tensor's fields read through torch's own C getters: a subclass's property or
     ``__getattribute__`` of the same name is not run."""
 
+    # torch.Tensor's own getters, set below: a subclass's property of the same name is not run
+    device: Callable[[Any], Any]
+    layout: Callable[[Any], Any]
+    is_nested: Callable[[Any], bool]
+    is_leaf: Callable[[Any], bool]
+    retains_grad: Callable[[Any], bool]
+    grad: Callable[[Any], Any]
+    grad_fn: Callable[[Any], Any]
+
     def __init__(self, torch: Any) -> None:
         base = torch._C.TensorBase
         for name in ("device", "layout", "is_nested", "is_leaf", "retains_grad", "grad", "grad_fn"):
@@ -336,7 +345,7 @@ def module_dicts(attrs: dict[str, Any], scan: int = _MODULE_ATTRS) -> dict[str, 
     usual case); else found by comparing str keys only, since a lookup would run the ``__eq__``
     of a key whose hash collides with one."""
     if len(attrs) <= scan and sum(map(is_, map(type, attrs), repeat(str))) == len(attrs):
-        parts = {name: dict.get(attrs, name) for name in _MODULE_DICTS}
+        parts: dict[str, Any] = {name: dict.get(attrs, name) for name in _MODULE_DICTS}
     else:
         parts = {name: value for name, value in islice(dict.items(attrs), scan) if type(name) is str}
     return {name: parts[name] for name in _MODULE_DICTS if issubclass(type(parts.get(name)), dict)}
@@ -446,14 +455,16 @@ def _saved(node: Any) -> list[Any]:
 
     saved = torch._C._autograd.SavedTensor
     found = []
-    for name in _saved_names(type(node)):
+    kind: Any = type(node)  # a class: hashable, which typeshed cannot tell of type[Any]
+    for name in _saved_names(kind):
         try:
             value = getattr(node, name)
         except Exception:  # freed by a backward already
             continue
         for raw in value if type(value) in (list, tuple) else (value,):
             # types compared, never isinstance: a pack hook's object may have a __class__ property
-            stored = raw if issubclass(type(raw), torch.Tensor) else raw.data if type(raw) is saved else None
+            # SavedTensor's data is not in torch's stubs
+            stored: Any = raw if issubclass(type(raw), torch.Tensor) else raw.data if type(raw) is saved else None  # type: ignore[attr-defined]
             for item in stored if type(stored) in (list, tuple) else (stored,):
                 if issubclass(type(item), torch.Tensor):
                     found.append(item)
@@ -467,57 +478,3 @@ def _saved_names(kind: type) -> tuple[str, ...]:
         *(a for a in dir(kind) if a.startswith("_raw_saved_")),
         *(("variable",) if hasattr(kind, "variable") else ()),
     )
-
-
-class Watch:
-    """Weak references to storages the walk found, by address, so that a block it saw once is
-    known freed later even when nothing recorded the free and no walk reaches it any more."""
-
-    def __init__(self) -> None:
-        self._refs: dict[int, Any] = {}
-
-    def see(self, storages: dict[int, Any], wanted: Container[int]) -> None:
-        """Refer to each storage of ``storages`` (address -> storage) whose address is ``wanted``."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        refs = self._refs
-        for ptr, storage in storages.items():
-            ref = refs.get(ptr)
-            # the same StorageImpl: a weak reference keeps its control block, so its pointer is not reused
-            if (ref is None or ref.cdata != storage._cdata) and ptr in wanted:
-                refs[ptr] = StorageWeakRef(storage)
-
-    def gone(self, blocks: dict[int, int]) -> set[int]:
-        """The addresses of ``blocks`` (address -> bytes) whose storage was seen and is now freed,
-        or resized in place (its memory moved)."""
-        import torch
-
-        freed = set()
-        for ptr, nbytes in blocks.items():
-            ref = self._refs.get(ptr)
-            if ref is None:
-                continue
-            storage = None if ref.expired() else torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
-            if storage is None or storage.data_ptr() != ptr or storage.nbytes() != nbytes:
-                freed.add(ptr)
-        return freed
-
-    def holds(self, ptr: int, storage: Any) -> bool:
-        """Whether the storage referred to at ``ptr`` is ``storage`` itself, still alive."""
-        ref = self._refs.get(ptr)
-        return ref is not None and not ref.expired() and ref.cdata == storage._cdata
-
-    def forget_freed(self) -> None:
-        """Drop the references whose storages are gone."""
-        self._refs = {p: r for p, r in self._refs.items() if not r.expired()}
-
-    def covers(self, ptrs: Iterable[int]) -> bool:
-        """Whether every address of ``ptrs`` is referred to."""
-        return all(p in self._refs for p in ptrs)
-
-    def forget(self, ptrs: Container[int]) -> None:
-        """Drop the references at ``ptrs``: events there say what lives at them now."""
-        self._refs = {p: r for p, r in self._refs.items() if p not in ptrs}
-
-    def keep_only(self, ptrs: Container[int]) -> None:
-        self._refs = {p: r for p, r in self._refs.items() if p in ptrs}

@@ -1,154 +1,22 @@
-"""Everything that turns figures into words for people, shared by the magic, the CLI and the dashboard.
-
-Byte counts, the one-line report after a cell, the interval table, readable stack frames (and
-which frames to drop), why a block has no stack, and bytes per allocation site. Analysis stays
-numbers; what a number means to a reader is decided here.
-"""
+"""What the dashboard says about steps: the findings' headline, runs compared, one step's exact
+figures, its caveats, its out-of-memory report, and the largest blocks alive at its peak (HTML
+where the dashboard shows it so)."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core.clean import clean
-from ..core.names import number_list, run_label, shown_path
 from ..recording.backends import backend_class
+from ..results.findings import FLOOR, born_in, leak_sites, leaks, spikes
+from ..results.intervals import Interval
 from ..results.stacks import frame_lines
-
-if TYPE_CHECKING:
-    from ..results.intervals import Interval
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def fmt_bytes(n: int | None, signed: bool = False) -> str:
-    """Binary units, as torch and memory_viz print them: ``4.0 MiB``, ``+512 B``."""
-    if n is None:
-        return "—"
-    sign = ("+" if n > 0 else "-" if n < 0 else "±") if signed else ("-" if n < 0 else "")
-    value = float(abs(n))
-    # compared as printed, and never four digits before the point: 1,048,568 B is 1.0 MiB, not
-    # 1024.0 KiB, and 1,024,000 B is 1.0 MiB, not 1000.0 KiB (it read as a thousand of a unit)
-    for unit in _UNITS:
-        if unit == _UNITS[-1] or (value < 1000 if unit == "B" else round(value, 1) < 1000):
-            break
-        value /= 1024
-    text = f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-    return sign + text
-
-
-def describe(iv: Interval, replaced: Interval | None = None, chain_from: int | None = None) -> str:
-    """The compact line printed after each ``%%memsnap`` cell: short enough for one line of a
-    notebook before the file's path, which comes last; comparisons live in the table and dashboard.
-    ``replaced``: the interval of the same step (in the same run) this one replaced.
-    ``chain_from``: the step whose start a ``clear=false`` history (and so every figure) counts from."""
-    parts = [
-        f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else "") + (f" (run {iv.run})" if iv.run else ""),
-        iv.device,
-        f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over start)",
-        f"kept {fmt_bytes(iv.kept, signed=True)}"
-        + (f" (from step {chain_from}'s start: clear=false)" if chain_from is not None else ""),
-    ]
-    entries = f"{iv.trace_entries:,} entries" + (" (ring full: oldest dropped)" if iv.overflowed else "")
-    backend = backend_class(iv.device)
-    if iv.trace_entries == 0 and not (backend is not None and backend.host):
-        entries += f": nothing was allocated on {iv.device} (CPU tensors? record them with device=cpu)"
-    parts.append(entries)
-    if iv.error:
-        parts.append(f"cell raised {iv.error}")
-    if iv.oom is not None:
-        parts.append(f"out of memory asking for {fmt_bytes(iv.oom['requested'])}")
-    if iv.incomplete:
-        parts.append(f"incomplete: {iv.incomplete}")
-    if iv.freed_unseen:
-        parts.append(f"peak may count {fmt_bytes(iv.freed_unseen)} freed unseen")
-    if iv.moved:  # memory changed where nothing recorded it: the start is what was found, not followed
-        parts.append(f"start moved {fmt_bytes(iv.moved, signed=True)} since step {iv.moved_since} ended")
-    if replaced is not None:
-        elsewhere = replaced.path is not None and iv.path is not None and replaced.path != iv.path
-        stays = f" (its file stays: {shown_path(replaced.path)})" if elsewhere and replaced.path else ""
-        parts.append(f"replaced the earlier step {replaced.step}{stays}")
-    where = shown_path(iv.path) if iv.path is not None else "not written"
-    return " · ".join(parts) + f" → {where}"
-
-
-def interval_table(intervals: Sequence[Interval]) -> str:
-    """The ``%memsnap list`` / ``memsnap summarize`` table."""
-    if not intervals:
-        return "memsnap: no intervals yet (run a %%memsnap cell)"
-    head = (
-        "step",
-        "rank",
-        "device",
-        "baseline",
-        "peak",
-        "increase",
-        "kept",
-        "cum. peak",
-        "entries",
-        "cum. entries",
-        "error",
-        "file",
-    )
-    allocator = any(iv.allocator_peak_allocated is not None for iv in intervals)
-    if allocator:
-        head = (*head[:5], "alloc. peak", *head[5:])
-    runs = len({iv.run for iv in intervals}) > 1
-    tags = len({iv.tag for iv in intervals}) > 1  # one step under two tags is two rows: say which
-    if tags:
-        head = (*head[:3], "tag", *head[3:])
-    if runs:
-        head = ("run", *head)
-    rows = [head]
-    for iv in intervals:
-        row = (
-            str(iv.step),
-            str(iv.rank),
-            iv.device,
-            fmt_bytes(iv.baseline_allocated),
-            fmt_bytes(iv.peak_allocated),
-            fmt_bytes(iv.peak_increase, signed=True),
-            fmt_bytes(iv.kept, signed=True),
-            fmt_bytes(iv.cumulative_peak_allocated),
-            f"{iv.trace_entries:,}" + " ring full" * iv.overflowed + " incomplete" * bool(iv.incomplete),
-            f"{iv.cumulative_trace_entries:,}",
-            iv.error or "",
-            shown_path(iv.path) if iv.path else "(not written)",
-        )
-        if allocator:
-            row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])
-        if tags:
-            row = (*row[:3], clean(iv.tag), *row[3:])
-        if runs:
-            row = (run_label(iv.run), *row)
-        rows.append(row)
-    widths = [max(map(_columns, (r[c] for r in rows))) for c in range(len(head))]
-    return "\n".join("  ".join(v + " " * (w - _columns(v)) for v, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def _columns(text: str) -> int:
-    """The terminal columns ``text`` takes: wide characters (a run named 日本) take two."""
-    if text.isascii():
-        return len(text)
-    from unicodedata import combining, east_asian_width
-
-    return sum(2 if east_asian_width(c) in "WF" else 0 if combining(c) else 1 for c in text)
-
-
-def step_list(steps: Sequence[int]) -> str:
-    """``step 4`` for one, ``steps 3–4`` for consecutive numbers, ``steps 1, 5, 10``, ``steps 1–40, 50``."""
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    if list(steps) == list(range(steps[0], steps[0] + len(steps))):
-        return f"steps {steps[0]}–{steps[-1]}"
-    return f"steps {number_list(steps)}"
+from .words import fmt_bytes, step_list
 
 
 def headline(intervals: Sequence[Interval]) -> str:
-    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
-    from ..results.findings import FLOOR, leak_sites, leaks, spikes
-
+    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``results.findings``)."""
     steps = [iv.step for iv in intervals]
     parts = []
     runs = leaks(intervals, steps)
@@ -183,11 +51,11 @@ def headline(intervals: Sequence[Interval]) -> str:
         parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}")
     found = spikes(intervals, steps)
     if found:
-        top = found[0]
+        spike = found[0]
         more = f" ({len(found) - 1} more)" if len(found) > 1 else ""
         parts.append(
-            f"spike: step {top.step} rose {fmt_bytes(top.rise, signed=True)} over its start "
-            f"(typical {fmt_bytes(top.typical, signed=True)}){more}"
+            f"spike: step {spike.step} rose {fmt_bytes(spike.rise, signed=True)} over its start "
+            f"(typical {fmt_bytes(spike.typical, signed=True)}){more}"
         )
     if not parts and intervals:
         return f"no leak or spike: no step kept over {fmt_bytes(FLOOR)} (or 1 % of its start), no rise stands out"
@@ -265,6 +133,34 @@ def oom_report(iv: Interval) -> str | None:
     return text
 
 
+def run_comparisons(label: str, compared: list[tuple[str, list[Interval]]]) -> list[str]:
+    """Run ``label`` against each other run of ``compared`` ((label, intervals) per run), always
+    earlier run → later one (the order they began in, ``compared``'s), so a fix recorded after
+    reads as before → after whichever run is selected."""
+    names = [name for name, _ in compared]
+    mine = dict(compared)[label]
+    lines = []
+    for name, other in compared:
+        if name == label:
+            continue
+        pair = (label, mine, name, other) if names.index(label) > names.index(name) else (name, other, label, mine)
+        if (line := compare_runs(*pair)) is not None:
+            lines.append(line)
+    return lines
+
+
+def failure_banner(iv: Interval) -> str:
+    """HTML over a step that raised or ran out of memory (empty for one that did neither)."""
+    oom = oom_report(iv)
+    return (
+        f"<div style='color:#fff;background:#c0392b;padding:4px 8px;"
+        f"border-radius:3px'><b>Step {iv.step} raised {html.escape(iv.error or 'nothing')}</b>"
+        f" — the snapshot shows memory up to the failure" + (f"<br>{html.escape(oom)}" if oom else "") + "</div>"
+        if iv.error or oom
+        else ""
+    )
+
+
 def caveats(iv: Interval) -> list[str]:
     """What makes a step's figures a partial view, in words (the dashboard's step; the table marks
     the same steps): a full ring, a recording that lost events, a start that moved unseen."""
@@ -310,50 +206,6 @@ def usage_line(iv: Interval) -> str | None:
     return None
 
 
-def count_of(n: int, noun: str) -> str:
-    """``1 step``, ``3 steps``."""
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def files_phrase(intervals: Sequence[Interval]) -> str:
-    """``3 steps``; ``6 snapshots: 3 steps × 2 ranks`` where several ranks (or runs) share the steps."""
-    steps = len({iv.step for iv in intervals})
-    ranks = len({iv.rank for iv in intervals})
-    runs = len({iv.run for iv in intervals})
-    if len(intervals) == steps:
-        return count_of(steps, "step")
-    parts = [count_of(steps, "step")] + [count_of(n, noun) for n, noun in ((ranks, "rank"), (runs, "run")) if n > 1]
-    return f"{count_of(len(intervals), 'snapshot')}: {' × '.join(parts)}"
-
-
-def loaded_line(intervals: Sequence[Interval], replaced: int = 0, skipped: Sequence[Interval] = ()) -> str:
-    """What ``%memsnap load`` brought in, and into which run(s); ``skipped``: older files of a
-    step and rank the files hold twice (a kernel restarted), as ``memsnap summarize`` says."""
-    steps = sorted({iv.step for iv in intervals})
-    ranks = sorted({iv.rank for iv in intervals})
-    runs: dict[str, int] = {}
-    for iv in intervals:
-        runs[iv.run] = runs.get(iv.run, 0) + 1
-    into = ", ".join(f"{run_label(name)!r}" + (f" ({n})" if len(runs) > 1 else "") for name, n in runs.items())
-    again = f" (replacing {count_of(replaced, 'step')} already in the session)" if replaced else ""
-    line = (
-        f"memsnap: loaded {count_of(len(intervals) - len(skipped), 'snapshot')} into run{'s' * (len(runs) > 1)} "
-        f"{into}{again}: {step_list(steps)}; rank{'s' * (len(ranks) > 1)} {number_list(ranks)}"
-    )
-    return f"{line}\n{skipped_line(skipped)}" if skipped else line
-
-
-def skipped_line(skipped: Sequence[Interval]) -> str:
-    """The older files of steps written twice (a kernel restarted), read past: the first, and
-    how many more (``memsnap summarize`` and ``%memsnap load`` say it alike)."""
-    old = skipped[0]
-    more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
-    if old.end_us is None:  # a file that does not say when it was written (verl's): the later read stands
-        path = clean(str(old.path))
-        return f"memsnap: step {old.step} rank {old.rank} is in two files; skipped {path}{more}, read before the other"
-    return f"memsnap: step {old.step} rank {old.rank} has a newer file; skipped {clean(str(old.path))}{more}"
-
-
 def why_no_frames(block: dict[str, Any], iv: Interval) -> str:
     """Why a block has no stack, as memory_viz explains frameless blocks."""
     if block.get("before"):
@@ -377,8 +229,6 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
     Blocks of one size from one site are one row ("5 × 32.0 MiB"); a block live before the step
     is dated by ``earlier`` (the steps before it, same rank and device) where one of them made
     it. The "allocated by" column is left out when no block has a stack; why is said below."""
-    from ..results.findings import born_in
-
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     reasons: list[str] = []
     for b in iv.top_blocks:

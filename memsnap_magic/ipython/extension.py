@@ -1,0 +1,71 @@
+"""What ``%load_ext memsnap_magic`` sets up in a shell, and ``%unload_ext`` takes down: the
+magics, ``mark`` in the namespace, a wait for our background writes before every cell, a count
+of cells run, and the check that refuses a ``%%memsnap`` body's syntax error before it records.
+
+Imports neither torch, numpy nor matplotlib: they load when a cell first records or draws.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.warn import BACKGROUND, blamed_on
+from ..files.writer import WRITER, wait_for_writes
+from ..recording.process_state import STATE
+from ..recording.recorder import mark
+from ..results.stacks import know_cells
+from .execute import SyntaxCheck
+from .magic import MemsnapMagics
+
+
+def load(ipython: Any) -> None:
+    """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
+    ipython.register_magics(MemsnapMagics)
+    ipython.user_ns.setdefault("mark", mark)
+    know_cells(getattr(getattr(ipython, "compile", None), "_filename_map", None))
+    if _before_cell not in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.register("pre_run_cell", _before_cell)
+    if _after_cell not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("post_run_cell", _after_cell)
+    if _count_cell not in ipython.events.callbacks["pre_execute"]:
+        ipython.events.register("pre_execute", _count_cell)
+    cleanup = getattr(ipython, "input_transformers_cleanup", None)
+    if cleanup is not None and not any(isinstance(t, SyntaxCheck) for t in cleanup):
+        cleanup.append(SyntaxCheck(ipython))
+
+
+def _before_cell(info: Any = None) -> None:
+    """Every cell starts once our background writes are done: it never races one for a file,
+    nor shares the interpreter with one."""
+    with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
+        wait_for_writes()
+
+
+def _after_cell(result: Any = None) -> None:
+    """A recorded cell's file starts being written once the cell is done (``Writer.hold``)."""
+    WRITER.release()
+
+
+def _count_cell() -> None:
+    """Count every cell run, a frontend's silent ones too (they fire no ``pre_run_cell``): the
+    CPU route asks whether code ran between two recorded cells."""
+    STATE.cells_begun += 1
+
+
+def unload(ipython: Any) -> None:
+    """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
+    STATE.stop_all()
+    _before_cell()
+    if _before_cell in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.unregister("pre_run_cell", _before_cell)
+    if _after_cell in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.unregister("post_run_cell", _after_cell)
+    if _count_cell in ipython.events.callbacks["pre_execute"]:
+        ipython.events.unregister("pre_execute", _count_cell)
+    cleanup = getattr(ipython, "input_transformers_cleanup", [])
+    cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
+    if ipython.user_ns.get("mark") is mark:
+        del ipython.user_ns["mark"]
+    magics = ipython.magics_manager.magics
+    for kind in ("line", "cell"):
+        magics[kind].pop("memsnap", None)

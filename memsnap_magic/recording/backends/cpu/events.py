@@ -1,0 +1,144 @@
+"""A profiler session's CPU allocation events read by columns: the tree walked a level at a time
+(each node once), fields read with C-level passes, a chunk of events at a time (see ``history``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, not_
+from typing import TYPE_CHECKING, Any
+
+from ....core.devices import KINDS
+
+if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
+    Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
+
+_FIELDS, _TIME, _CHILDREN = attrgetter("extra_fields"), attrgetter("start_time_ns"), attrgetter("children")
+_DURATION = attrgetter("duration_time_ns")
+_INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
+_CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
+
+
+def other_devices_may_allocate() -> bool:
+    """Whether an accelerator in this process may have reported allocations to the profiler too
+    (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""
+    import torch
+
+    for kind in KINDS:
+        module = getattr(torch, kind, None) if kind != "cpu" else None  # torch.npu: once torch_npu is in
+        if module is not None and getattr(module, "is_initialized", lambda: True)():
+            return True
+    # MPS has no history API to record it by, but its allocations reach the profiler all the same
+    mps = getattr(torch.backends, "mps", None)
+    return "intel_extension_for_pytorch" in sys.modules or (mps is not None and mps.is_available())
+
+
+def columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns]:
+    """The CPU allocation events of a session's tree in time order, a chunk at a time:
+    ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
+    its roots are the events) is read a chunk at a time, each event's time only if it is among
+    the newest (``nodes``); any other tree by levels (``times``, ``parents``), whose lists of
+    fields and nodes read join ``held`` (they live together anyway; a chunk's are let go with it)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    if tracer:
+        yield from _by_levels(roots, held)
+        return
+    for lo in range(0, len(roots), _CHUNK):
+        nodes = roots[lo : lo + _CHUNK]
+        fields = list(map(_FIELDS, nodes))
+        if set(map(type, fields)) - {_ExtraFields_Allocation}:
+            # Everything in the chunks read so far happened before this chunk's first root began.
+            yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
+            return
+        yield nodes, fields, None, None
+
+
+def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
+    """The allocation events of a tree whose roots are not all allocations, in time order, and
+    the node each sits in (a Python call, a C function called from Python, a user scope; None at
+    the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
+    An allocation is an instant, so only nodes of zero duration have their fields read (a call's
+    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    found: list[Any] = []
+    times: list[int] = []
+    ups: list[Any] = []
+    level, up = roots, [None] * len(roots)
+    while level:
+        held.append(level)
+        if len(level) < NARROW:  # a C-level pass costs a fixed ~0.3 µs: a loop is cheaper on a few nodes
+            level, up = _narrow_level(level, up, fields, found, times, ups, _ExtraFields_Allocation)
+            fields = None
+            continue
+        if fields is None and _INSTANTS[0]:
+            instant = list(map(not_, map(_DURATION, level)))
+            nodes, parents = list(compress(level, instant)), list(compress(up, instant))
+            fields = list(map(_FIELDS, nodes))
+        else:
+            instant, nodes, parents = [True] * len(level), level, up
+            fields = fields if fields is not None else list(map(_FIELDS, level))
+        is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
+        found += compress(fields, is_alloc)
+        times += map(_TIME, compress(nodes, is_alloc))
+        ups += compress(parents, is_alloc)
+        if all(instant):
+            inner = list(compress(level, map(not_, is_alloc)))
+        else:  # the calls, and any instant that is not an allocation
+            allocs = iter(is_alloc)
+            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
+        kids = list(map(_CHILDREN, inner))
+        level = list(chain.from_iterable(kids))
+        up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
+        fields = None
+    held.append(found)
+    order = sorted(range(len(times)), key=times.__getitem__)
+    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
+    for lo in range(0, len(found), _CHUNK):
+        yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
+
+
+NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)
+
+
+def _narrow_level(
+    level: list[Any],
+    up: list[Any],
+    fields: list[Any] | None,
+    found: list[Any],
+    times: list[int],
+    ups: list[Any],
+    allocation: type,
+) -> tuple[list[Any], list[Any]]:
+    """``_by_levels``' pass over one level, node by node: the allocations (fields of type
+    ``allocation``) join ``found``, ``times`` and ``ups``; the next level and its parents are returned."""
+    instants = fields is None and _INSTANTS[0]
+    below: list[Any] = []
+    parents: list[Any] = []
+    for i, node in enumerate(level):
+        if fields is not None:
+            kind = fields[i]
+        elif instants and node.duration_time_ns:
+            kind = None  # a call: only instants are allocations
+        else:
+            kind = node.extra_fields
+        if type(kind) is allocation:
+            found.append(kind)
+            times.append(node.start_time_ns)
+            ups.append(up[i])
+        else:
+            kids = node.children
+            below += kids
+            parents += [node] * len(kids)
+    return below, parents
+
+
+def check_instants(roots: list[Any]) -> None:
+    """Read fields only of nodes without duration from now on if this session's allocations had
+    none (so PyTorch reports them; a release that changed it costs the reader speed, not events)."""
+    from torch._C._profiler import _ExtraFields_Allocation
+
+    allocations = [n for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
+    _INSTANTS[0] = bool(allocations) and not any(map(_DURATION, allocations))
