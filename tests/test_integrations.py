@@ -29,7 +29,7 @@ from tiny_models import (
 from memsnap_magic import cli
 from memsnap_magic.recording.process_state import STATE
 from memsnap_magic.results.scan import read_run
-from memsnap_magic.views.text import headline
+from memsnap_magic.views.headline import headline
 
 pytest.importorskip("transformers", reason="the [transformers] extra is not installed (scripts/setup.sh installs it)")
 pytest.importorskip("accelerate", reason="the [transformers] extra is not installed (scripts/setup.sh installs it)")

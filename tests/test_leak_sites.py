@@ -12,7 +12,7 @@ from test_widget import interval
 from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.results.findings import leak_sites, leaks
-from memsnap_magic.views.text import headline
+from memsnap_magic.views.headline import headline
 
 MiB = 1 << 20
 held: list[torch.Tensor] = []

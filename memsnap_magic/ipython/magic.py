@@ -217,9 +217,13 @@ class MemsnapMagics(Magics):
         print("memsnap defaults: " + " ".join(f"{k}={options.as_text(v)}" for k, v in shown.items() if v is not None))
 
     def _list(self, rest: str) -> None:
+        from ..views.headline import findings_text
         from ..views.text import interval_table
 
-        print(interval_table(STATE.session.intervals))
+        intervals = STATE.session.intervals
+        print(interval_table(intervals))
+        if intervals:  # the dashboard's findings, in the same words
+            print("\n" + findings_text(intervals))
 
     def _reset(self, rest: str) -> None:
         stopped = STATE.stop_all()  # a clear=false history left on would carry forgotten steps on

@@ -22,6 +22,7 @@ from ..recording.process_state import STATE
 from ..results.intervals import Interval
 from ..results.session import Session, busiest
 from . import charts
+from .headline import headline
 from .pointing import bar_in_column, column_at, position_at
 from .text import (
     bar_figures,
@@ -29,7 +30,6 @@ from .text import (
     caveats,
     compare_runs,
     count_of,
-    headline,
     interval_table,
     oom_report,
     ranks_figures,
@@ -321,7 +321,7 @@ class Dashboard:
             header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
             # every run's findings, the selected one's first: a leak in another run stays in view
             ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
-            lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
+            lines = [f"{name}: {line}" for name, group in ordered if group for line in headline(group).splitlines()]
             lines += self._comparisons(label, compared)
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})
@@ -332,7 +332,7 @@ class Dashboard:
                 compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
             )
         else:
-            lines = [headline(ivs)] if ivs else []
+            lines = headline(ivs).splitlines() if ivs else []
             self.overview_fig = self._figs["overview"] = charts.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )

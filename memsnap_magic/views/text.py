@@ -145,55 +145,6 @@ def step_list(steps: Sequence[int]) -> str:
     return f"steps {number_list(steps)}"
 
 
-def headline(intervals: Sequence[Interval]) -> str:
-    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``findings``)."""
-    from ..results.findings import FLOOR, leak_sites, leaks, spikes
-
-    steps = [iv.step for iv in intervals]
-    parts = []
-    runs = leaks(intervals, steps)
-    sites = leak_sites(intervals, steps)
-    for run in runs[:2]:
-        low, high = min(run.kept), max(run.kept)
-        if len(run.steps) == 1:
-            what = f"{step_list(run.steps)} kept {fmt_bytes(run.kept[0], signed=True)}"
-        elif high - low <= 0.05 * high:
-            what = f"{step_list(run.steps)} each kept {fmt_bytes(sorted(run.kept)[len(run.kept) // 2], signed=True)}"
-        else:
-            what = f"{step_list(run.steps)} kept {fmt_bytes(low, signed=True)} to {fmt_bytes(high, signed=True)}"
-        since = f" since step {run.since}" if run.since is not None else ""
-        parts.append(f"leak: {what} ({fmt_bytes(run.total, signed=True)} held{since})")
-    if len(runs) > 2:
-        parts.append(f"{len(runs) - 2} more leaking run{'s' * (len(runs) > 3)}")
-    if sites:
-        top = sites[0]
-        each = sorted(top.kept)[len(top.kept) // 2]
-        per = (
-            f"{fmt_bytes(each, signed=True)} per step over"
-            if len(top.steps) > 1
-            else f"{fmt_bytes(each, signed=True)} in"
-        )
-        # the same site in other stretches of steps, then the other sites
-        again = sorted(step for leak in sites[1:] if leak.site == top.site for step in leak.steps)
-        others = len({leak.site for leak in sites} - {top.site})
-        extra = [f"also {step_list(again)}"] if again else []
-        extra += [f"{others} more site{'s' * (others > 1)}"] if others else []
-        more = f" ({'; '.join(extra)})" if extra else ""
-        since = f" since step {top.since}" if top.since is not None else ""
-        parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}")
-    found = spikes(intervals, steps)
-    if found:
-        top = found[0]
-        more = f" ({len(found) - 1} more)" if len(found) > 1 else ""
-        parts.append(
-            f"spike: step {top.step} rose {fmt_bytes(top.rise, signed=True)} over its start "
-            f"(typical {fmt_bytes(top.typical, signed=True)}){more}"
-        )
-    if not parts and intervals:
-        return f"no leak or spike: no step kept over {fmt_bytes(FLOOR)} (or 1 % of its start), no rise stands out"
-    return " · ".join(parts)
-
-
 def bar_figures(iv: Interval) -> str:
     """One step's figures, exact to the byte, for the bar the pointer is on (the dashboard)."""
     where = iv.device if iv.rank == 0 else f"{iv.device}, rank {iv.rank}"
