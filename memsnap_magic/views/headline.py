@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..results.stacks import brief
 from .text import fmt_bytes, step_list
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def _site(sites: list[SiteLeak]) -> str:
     extra += [f"{others} more site{'s' * (others > 1)}"] if others else []
     more = f" ({'; '.join(extra)})" if extra else ""
     since = f" since step {top.since}" if top.since is not None else ""
-    return f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}"
+    return f"leak site: {brief(top.site)} kept {per} {step_list(top.steps)}{since}{more}"
 
 
 def _spikes(found: list[Spike]) -> str:

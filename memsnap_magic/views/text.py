@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.clean import clean
 from ..core.names import number_list, run_label, shown_path
 from ..recording.backends import backend_class
-from ..results.stacks import frame_lines
+from ..results.stacks import frame_lines, site
 
 if TYPE_CHECKING:
     from ..results.intervals import Interval
@@ -339,7 +339,8 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
             reasons.append(reason)
         made_in = b.get("made_in")  # a clear=false history: the step before this one that made it
         earlier_here = type(made_in) is int and made_in != iv.step and not b.get("before")
-        key = (b["size"], frames[:1], reason, bool(b.get("before")) or earlier_here, b.get("category"))
+        # one row per size and call chain (``site``): one line reached from two calls is two rows
+        key = (b["size"], site(b) if frames else "", reason, bool(b.get("before")) or earlier_here, b.get("category"))
         group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
         group["count"] += 1
         shared = group["frames"]
