@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import memsnap_magic
 from memsnap_magic import session
 from memsnap_magic.results.findings import leaks, spikes
 from memsnap_magic.results.intervals import Interval
-from memsnap_magic.views.explain import headline
+from memsnap_magic.views.headline import headline
 from memsnap_magic.views.words import step_list
 
 MiB = 1 << 20
@@ -36,23 +39,35 @@ def run_of(figures: list[tuple[int, int]], start: int = 100 * MiB) -> list[Inter
     return out
 
 
+def held_run(figures: list[tuple[int, int]], start: int = 100 * MiB) -> list[Interval]:
+    """Back-to-back steps 1..n from ``(held for a while, kept)``, what each kept made before its
+    peak, so the peak is its start, what it kept and what it held for a while."""
+    out = []
+    for step, (held, kept) in enumerate(figures, start=1):
+        iv = interval(step, start, kept + held, kept)
+        iv.transient = held
+        out.append(iv)
+        start += kept
+    return out
+
+
 def test_a_leak_over_steps_3_to_8_and_a_spike_at_step_5_are_named():
     figures = [(32 * MiB, 0)] * 10
     for step in range(3, 9):
         figures[step - 1] = (32 * MiB, 32 * MiB)
     figures[4] = (160 * MiB, 32 * MiB)  # step 5: the step's activations and a 128 MiB temporary
-    ivs = run_of(figures)
+    ivs = held_run(figures)
     (leak,) = leaks(ivs, [iv.step for iv in ivs])
     assert leak.steps == (3, 4, 5, 6, 7, 8) and leak.total == 192 * MiB and leak.since == 2
     (spike,) = spikes(ivs, [iv.step for iv in ivs])
-    assert (spike.step, spike.rise, spike.typical) == (5, 160 * MiB, 32 * MiB)
+    assert (spike.step, spike.held, spike.typical, spike.rise) == (5, 160 * MiB, 32 * MiB, 192 * MiB)
     assert headline(ivs) == (
-        "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2) · "
-        "spike: step 5 rose +160.0 MiB over its start (typical +32.0 MiB)"
+        "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)\n"
+        "spike: step 5 held +160.0 MiB only for a while (typical +32.0 MiB)"
     )
 
 
-def test_the_same_story_recorded_for_real_on_the_cpu(shell):
+def test_the_same_story_recorded_for_real_on_the_cpu(shell, capsys):
     shell.run_cell("import torch\nhold = []\nM = 2**20")
     for step in range(1, 11):
         body = "acts = torch.empty(32 * M, dtype=torch.uint8)\n"
@@ -63,8 +78,22 @@ def test_the_same_story_recorded_for_real_on_the_cpu(shell):
             body += "hold.append(torch.empty(32 * M, dtype=torch.uint8))\n"
         assert shell.run_cell(f"%%memsnap step={step} device=cpu\n{body}").success
     said = headline(session().intervals)
-    assert said.startswith("leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)")
-    assert "spike: step 5 rose +160.0 MiB over its start" in said
+    assert said.startswith("leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)\n")
+    assert "spike: step 5 held +160.0 MiB only for a while (typical +32.0 MiB)" in said.splitlines()
+    # %memsnap list and memsnap summarize (text and --json) say the same lines under their table
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", "list")
+    listed = capsys.readouterr().out
+    assert listed.endswith("findings:\n" + "".join(f"  {line}\n" for line in said.splitlines()))
+    from memsnap_magic.cli import main
+
+    memsnap_magic.wait_for_writes()
+    assert main(["summarize", "memsnap"]) == 0
+    out = capsys.readouterr().out
+    assert "findings:\n" + "".join(f"  {line}\n" for line in said.splitlines()) in out, out
+    assert main(["summarize", "memsnap", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {tuple(r["findings"]) for r in records} == {tuple(said.splitlines())}
 
 
 @given(
@@ -87,11 +116,10 @@ def test_noise_makes_no_claim(noise, start, typical):
 
 def test_runs_of_uneven_leaks_and_single_steps_are_worded_by_what_they_are():
     ivs = run_of([(4 * MiB, 0), (12 * MiB, 10 * MiB), (30 * MiB, 20 * MiB), (4 * MiB, 0), (8 * MiB, 8 * MiB)])
-    assert headline(ivs) == (
-        "leak: steps 2–3 kept +10.0 MiB to +20.0 MiB (+30.0 MiB held since step 1) · "
-        "leak: step 5 kept +8.0 MiB (+8.0 MiB held since step 4) · "
-        "spike: step 3 rose +30.0 MiB over its start (typical +8.0 MiB)"
-    )
+    assert headline(ivs).splitlines() == [
+        "leak: steps 2–3 kept +10.0 MiB to +20.0 MiB (+30.0 MiB held since step 1)",
+        "leak: step 5 kept +8.0 MiB (+8.0 MiB held since step 4)",
+    ]
     # a leak is judged against the step's start: 1 % of 10 GiB is more than 50 MiB
     big = run_of([(0, 50 * MiB)] * 3, start=10 << 30)
     assert leaks(big, [1, 2, 3]) == []

@@ -12,7 +12,7 @@ from test_widget import interval
 from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.results.findings import leak_sites, leaks
-from memsnap_magic.views.explain import headline
+from memsnap_magic.views.headline import headline
 
 MiB = 1 << 20
 held: list[torch.Tensor] = []
@@ -35,7 +35,9 @@ def test_a_site_that_keeps_memory_step_after_step_is_named_with_its_rate(tmp_pat
     ivs = session().intervals
     kept = {iv.step: iv.kept_by_site for iv in ivs}
     assert [k[:2] for k in kept[4]] == [[kept[4][0][0], 4 * MiB]] and kept[4][0][2] == 1
-    assert kept[4][0][0].startswith("leaky_step (") and "test_leak_sites.py:" in kept[4][0][0]
+    # the chain of the calls that made it, outermost first: this test, then the helper's line
+    caller, callee = kept[4][0][0].split(" → ")
+    assert caller.startswith("test_a_site_that_keeps_memory") and callee.startswith("leaky_step (test_leak_sites.py:")
     assert kept[1] == [] and kept[7] == []  # transient steps keep nothing
     (leak,) = leak_sites(ivs, [iv.step for iv in ivs])
     assert (leak.steps, leak.kept, leak.total) == ((3, 4, 5), (4 * MiB,) * 3, 12 * MiB)
@@ -128,7 +130,7 @@ def test_gradients_made_anew_each_step_are_no_leak_site(tmp_path):
     assert [b for _, b, _ in ivs[2].kept_by_site] == [2 * MiB]
     (leak,) = leak_sites(ivs, [iv.step for iv in ivs])
     assert leak.steps == (1, 2, 3, 4) and leak.kept == (2 * MiB,) * 4
-    assert leak.site.startswith("train_step (")
+    assert leak.site.split(" → ")[-1].startswith("train_step (")
 
 
 def test_model_state_is_never_a_leak_nor_a_leaking_site(tmp_path):
@@ -161,7 +163,8 @@ def test_model_state_is_never_a_leak_nor_a_leaking_site(tmp_path):
     (leak,) = leaks(ivs, steps)
     assert (leak.steps, leak.kept) == ((3, 4), (2 * MiB, 2 * MiB))
     (site,) = leak_sites(ivs, steps)
-    assert site.steps == (3, 4) and site.site.startswith("leaky_step (") and "history.append" not in site.site
+    assert site.steps == (3, 4) and site.site.split(" → ")[-1].startswith("leaky_step (")
+    assert "history.append" not in site.site
     assert headline(ivs).startswith("leak: steps 3–4 each kept +2.0 MiB")
 
 

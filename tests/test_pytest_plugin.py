@@ -72,7 +72,8 @@ def test_marked_tests_fail_past_their_limits_naming_the_sites(pytester: pytest.P
     result.stdout.fnmatch_lines(
         [
             "limit_torch_memory on cpu: peak 16.0 MiB over the test's start (16,777,2?? B) exceeds the limit of "
-            "8.0 MiB by 8.0 MiB; largest sites alive at the peak: 16.0 MiB make_big (test_suite.py:7)",
+            "8.0 MiB by 8.0 MiB; largest sites alive at the peak: "
+            "16.0 MiB test_over_its_peak (test_suite.py:11) → make_big (test_suite.py:7)",
             "limit_torch_memory on cpu: kept 4.0 MiB at its end (4,194,304 B), over the limit of 1.0 MiB; "
             "largest sites still holding memory: 4.0 MiB test_keeps_too_much (test_suite.py:21)",
         ]

@@ -191,7 +191,7 @@ def test_the_dashboard_compares_runs_step_by_step():
     d.run.value = "before"
     assert d.selected().run == "before" and d.selected().step == 5
     assert "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)" in d.header.value
-    assert "spike: step 5 rose +192.0 MiB" in d.header.value
+    assert "spike: step 5 held +160.0 MiB only for a while (typical +32.0 MiB)" in d.header.value
     # the comparison reads earlier run -> later one whichever is selected: before -> after
     assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
     from memsnap_magic.views.explain import compare_runs
@@ -391,7 +391,7 @@ def test_reset_stops_recording_and_numbering_goes_on_past_the_files_kept(shell, 
 
 def test_a_never_cleared_chain_is_judged_step_by_step(shell, tmp_path, capsys):
     from memsnap_magic.results.findings import leaks
-    from memsnap_magic.views.explain import headline
+    from memsnap_magic.views.headline import headline
 
     shell.user_ns["kept"] = []
     shell.run_line_magic("memsnap", "config device=cpu")

@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 from ..core.clean import clean
-from ..core.names import run_label
 from ..results.findings import leak_sites
 from ..results.scan import default_jobs
+from ..views.headline import Group, finding_lines, findings_text, group_label, groups
 from ..views.report import interval_table
 from ..views.words import fmt_bytes, step_list
 from .paths import add_paths, read_session
@@ -51,29 +51,12 @@ def add(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-Group = tuple[str, int, str]  # run, rank, device: the steps a leak is looked for across
-
-
-def _leak_sites(s: Any) -> tuple[list[Group], list[tuple[Group, Any]]]:
-    """The session's groups, and the leak sites flagged in each (findings.leak_sites)."""
-    groups: dict[Group, list[Any]] = {}
-    for iv in s.intervals:
-        groups.setdefault((iv.run, iv.rank, iv.device), []).append(iv)
-    found = [(key, leak) for key, ivs in groups.items() for leak in leak_sites(ivs, [iv.step for iv in ivs])]
-    return list(groups), found
-
-
-def _group_label(key: Group, keys: list[Group]) -> str:
-    """What tells ``key`` apart from the other groups: its run, rank and device where they differ."""
-    parts = []
-    run, rank, device = key
-    if len({k[0] for k in keys}) > 1:
-        parts.append(f"run {clean(run_label(run))}")  # the session's own cells: "this session", as elsewhere
-    if len({k[1] for k in keys}) > 1:
-        parts.append(f"rank {rank}")
-    if len({k[2] for k in keys}) > 1:
-        parts.append(device)
-    return " · ".join(parts)
+def _leak_sites(s: Any) -> tuple[list[Group], list[tuple[Group, Any]], dict[Group, list[str]]]:
+    """The session's groups, the leak sites flagged in each (findings.leak_sites), and each
+    group's headline lines (the dashboard's words)."""
+    found_groups = groups(s.intervals)
+    found = [(key, leak) for key, ivs in found_groups.items() for leak in leak_sites(ivs, [iv.step for iv in ivs])]
+    return list(found_groups), found, {key: finding_lines(ivs) for key, ivs in found_groups.items()}
 
 
 def _unicode(value: Any) -> Any:
@@ -93,12 +76,13 @@ def _unicode(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> None:
     s = read_session(args.paths, args.jobs or default_jobs())
-    groups, found = _leak_sites(s)
+    keys, found, said = _leak_sites(s)
     if args.json:
         records = []
         for iv, rec in zip(s.intervals, s.to_records()):
             row = {k: _unicode(rec[k]) for k in _RECORD_KEYS}
             key = (iv.run, iv.rank, iv.device)
+            row["findings"] = [_unicode(line) for line in said[key]]  # its run's headline, one line each
             # as the text says them: each site with what it kept in this step, over its steps, and in all
             row["leak_sites"] = [
                 {
@@ -117,6 +101,8 @@ def run(args: argparse.Namespace) -> None:
         print()
         return
     print(interval_table(s.intervals))
+    if s.intervals:
+        print("\n" + findings_text(s.intervals))
     if found:
         print("\nleaks: allocation sites that kept memory in leaking steps")
         rows = sorted(found, key=lambda gl: -gl[1].total)
@@ -127,7 +113,7 @@ def run(args: argparse.Namespace) -> None:
         for (key, leak), steps in zip(rows, when):
             each = sorted(leak.kept)[len(leak.kept) // 2]
             per = "per step" if len(leak.steps) > 1 else "        "
-            where = _group_label(key, groups)
+            where = group_label(key, keys)
             print(
                 f"  {fmt_bytes(each, signed=True):>12} {per}  {steps:<{width}} {clean(leak.site)}"
                 + (f"  ({where})" if where else "")

@@ -9,9 +9,9 @@ it (a snapshot rewritten under the same name is read again). Summary files are u
 like snapshots: one that is malformed (``summary_fields`` checks each field) is ignored with one
 warning and the snapshot read instead.
 
-The format (``VERSION`` 4), one JSON object::
+The format (``VERSION`` 5), one JSON object::
 
-    {"format": "memsnap-summary", "version": 4,
+    {"format": "memsnap-summary", "version": 5,
      "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,
@@ -20,7 +20,7 @@ The format (``VERSION`` 4), one JSON object::
      "top_blocks": [{"size", "addr", "before", "frames": [{"filename", "line", "name"}], "category",
                      "made_in": <the step that made it, in a clear=false history; else null>}],
      "born": [[addr, size], ...], "kept_by_site": [[site, bytes, blocks], ...],
-     "held_by_site": [[site, bytes, blocks], ...],
+     "held_by_site": [[site, bytes, blocks], ...], "transient": <bytes held only for a while>,
      "by_category": {category: bytes} | null, "by_category_at_peak": ... | null,
      "oom": {"requested", "site", "device_free", "allocated", "by_category", "sites"} | null,
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
@@ -52,7 +52,7 @@ from .snapshot import write_atomically
 from .summary_fields import BYTES, FIELDS, list_of, pair
 
 FORMAT = "memsnap-summary"
-VERSION = 4
+VERSION = 5
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)

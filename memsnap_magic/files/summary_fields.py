@@ -110,6 +110,7 @@ FIELDS: dict[str, Callable[[Any], bool]] = {
     "top_blocks": _blocks,
     "kept_by_site": _sites,
     "held_by_site": _sites,
+    "transient": _check("a byte count")(lambda v: _int(v)),
     "by_category": _categories,
     "by_category_at_peak": _categories,
     "oom": _oom,

@@ -31,6 +31,7 @@ from ..recording.process_state import STATE
 from ..recording.recorder import Recorder, mark
 from ..results.intervals import holds
 from ..results.scan import default_jobs, read_run
+from ..views.headline import findings_text
 from ..views.report import describe, interval_table, loaded_line
 from .execute import CellCode, drop_own_frame
 
@@ -209,7 +210,10 @@ class MemsnapMagics(Magics):
         print("memsnap defaults: " + " ".join(f"{k}={options.as_text(v)}" for k, v in shown.items() if v is not None))
 
     def _list(self, rest: str) -> None:
-        print(interval_table(STATE.session.intervals))
+        intervals = STATE.session.intervals
+        print(interval_table(intervals))
+        if intervals:  # the dashboard's findings, in the same words
+            print("\n" + findings_text(intervals))
 
     def _reset(self, rest: str) -> None:
         stopped = STATE.stop_all()  # a clear=false history left on would carry forgotten steps on

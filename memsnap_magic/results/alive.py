@@ -56,6 +56,26 @@ def kept(summary: Summary) -> list[dict[str, Any]]:
     return _end_items(end, np.flatnonzero(sorted_contains(made, end[0])), before=False)
 
 
+def temporaries(summary: Summary) -> int:
+    """The most bytes alive at once of the blocks the interval both allocated and freed: what it
+    held only for a while. Blocks live at its start and blocks it kept are left out, so a step
+    that keeps a leak (before or after its peak) holds as much for a while as one that does not.
+    Events at one address alternate, so a block made here and freed here is an allocation whose
+    next event at its address is a free."""
+    sign, size, entry = summary.events
+    n = len(sign)
+    if not n:
+        return 0
+    order, _, _, last = by_address(summary.addresses(entry))
+    paired = np.flatnonzero(~last)  # sorted positions with a later event at the same address
+    first, then = order[paired], order[paired + 1]
+    made = (sign[first] > 0) & (sign[then] < 0)
+    delta = np.zeros(n, dtype=np.int64)
+    delta[first[made]] = size[first[made]]
+    delta[then[made]] = -size[first[made]]
+    return max(int(np.cumsum(delta).max()), 0)
+
+
 def held(summary: Summary) -> list[dict[str, Any]]:
     """Every block alive at the interval's end, whichever step allocated it, largest first."""
     end = summary.end

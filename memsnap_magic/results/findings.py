@@ -5,10 +5,13 @@ The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
   minus its start; in a file labelled by category, at most what it made and kept besides
   parameters, gradients and optimizer state); consecutive leaking steps form one run;
-- a step **spikes** when what it held only for a while (its peak above the higher of its start
-  and end) is more than twice the median of that over the steps shown and more than
-  ``max(1 MiB, 1 % of its start)`` above it: what a step made and kept (an optimizer's state in
-  its first step) is no spike; it is said as the step's rise over its start;
+- a step **spikes** when what it held only for a while (the most it held at once of what it
+  both allocated and freed: ``Interval.transient``) stands out from the run's typical such
+  figure (the median over the steps shown) by more than half of it, more than four times the
+  run's usual spread (the median distance from it), and more than ``max(1 MiB, 1 % of its
+  start)``. What a step kept (a leak, an optimizer's first state) is not held for a while, so a
+  leaking run neither shrinks its steps' figures nor pulls the typical one down; ±10 % noise
+  stays within the margin; at least three steps are needed to tell what is typical;
 - an allocation **site leaks** in a leaking step when what is held from there at the step's end
   grew since the step before's end by more than ``max(1 MiB, 1 % of the step's start)``; the
   first step shown, with no step before it, when it allocated that much there and still held it
@@ -66,8 +69,9 @@ class SiteLeak:
 @dataclass(frozen=True)
 class Spike:
     step: int
-    rise: int  # over its own start
-    typical: int  # the median rise of the steps shown
+    held: int  # what it held only for a while
+    typical: int  # the median of that over the steps shown
+    rise: int  # its peak over its own start
 
 
 def _threshold(start: int) -> float:
@@ -232,24 +236,33 @@ def _growth(before: tuple[dict[str, int], bool], after: tuple[dict[str, int], bo
     return {s: b - then.get(s, 0) for s, b in after[0].items() if s in then or not cut}
 
 
+STANDS_OUT = 0.5  # a spike holds more than typical by this share of typical...
+SPREADS = 4  # ... and by this many times the run's median distance from typical
+
+
 def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
-    """Steps whose rise over their start stands out from the others', largest first."""
+    """Steps whose memory held only for a while stands out from the others', in step order."""
     if len(intervals) < 3:  # too few to tell what is typical
         return []
     intervals = own_figures(intervals)
-    held = [_transient(iv) for iv in intervals]
-    usual = median(held)
-    typical = int(median(iv.peak_increase for iv in intervals))
+    held = [held_for_a_while(iv) for iv in intervals]
+    typical = median(held)
+    spread = median(abs(h - typical) for h in held)
     found = [
-        Spike(step, iv.peak_increase, typical)
+        Spike(step, h, int(typical), iv.peak_increase)
         for step, iv, h in zip(steps, intervals, held)
-        if h > 2 * usual and h - usual > _threshold(iv.baseline_allocated)
+        if h - typical > max(STANDS_OUT * typical, SPREADS * spread, _threshold(iv.baseline_allocated))
     ]
-    return sorted(found, key=lambda s: -s.rise)
+    return sorted(found, key=lambda s: s.step)
 
 
-def _transient(iv: Figures) -> int:
-    """What a step held only for a while: its peak above the higher of its start and end."""
+def held_for_a_while(iv: Figures) -> int:
+    """What a step held only for a while: the most it held at once of what it both allocated and
+    freed, where known; else its peak above the higher of its start and end (a step built by
+    hand, or one of a ``clear=false`` chain, whose snapshot holds the steps before it too)."""
+    known = getattr(iv, "transient", None)
+    if type(known) is int:
+        return known
     return iv.peak_allocated - max(iv.baseline_allocated, iv.end_allocated)
 
 

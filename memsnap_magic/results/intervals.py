@@ -66,6 +66,9 @@ class Interval(Figures):
     # every block alive at its end, whichever step made it, per allocation site: [site, bytes,
     # blocks], the ``HELD_SITES`` largest; a site that grows from one step's end to the next holds more
     held_by_site: list[list[Any]] = field(default_factory=list)
+    # the most it held at once of what it both allocated and freed (``alive.temporaries``): what a
+    # spike is judged by; None where unknown (a step built by hand)
+    transient: int | None = None
     # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
     usage_start: dict[str, int] | None = None
@@ -104,6 +107,7 @@ CONTENT = (
     "born",
     "kept_by_site",
     "held_by_site",
+    "transient",
     "by_category",
     "by_category_at_peak",
     "oom",
@@ -117,7 +121,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
     (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
     file read again is never unpickled again."""
     # here: numpy loads with the first digest (the magic imports this module at %load_ext, for holds)
-    from .alive import alive_at, held, kept
+    from .alive import alive_at, held, kept, temporaries
     from .analysis import decimate_index, pick_device, summarize
 
     meta = Meta.from_snapshot(snap)
@@ -140,6 +144,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
         # left out (gradients made anew where backward ran from another function would move site)
         "kept_by_site": _by_site(_leakable(at_end), name=name),
         "held_by_site": _by_site(_leakable(held(summary)), HELD_SITES, name),  # at_end's blocks among them
+        "transient": temporaries(summary),
         "oom": _oom(summary),
         **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
         "time_us": summary.times_at(keep),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import sysconfig
 from collections import defaultdict
 from collections.abc import Iterable
@@ -243,9 +244,84 @@ def plain_frames(frames: Any) -> list[dict[str, Any]]:
     return plain
 
 
+CHAIN = 6  # user frames a site names; a longer chain keeps its outer and inner halves
+ARROW = " → "
+
+
+def _users(frame: dict[str, Any]) -> bool:
+    """Whether a frame is the user's code: a notebook cell, or a file outside the installed
+    packages, the standard library, the shells and this package."""
+    if _is_cell_frame(frame):
+        return True
+    name = _field(frame, "filename")
+    return name != "?" and not _library(name)
+
+
+@functools.lru_cache(maxsize=8192)
+def _library(filename: str) -> bool:
+    """Whether a file is installed code (a package, the standard library) or runs the user's.
+    PyTorch's CPU profiler names files relative to the ``sys.path`` entry holding them
+    (``torch/nn/modules/linear.py``, a test's ``helpers.py``): such a name is looked for along
+    ``sys.path``; one found nowhere (a file read on another machine) is a package's where it has
+    a folder in it, the user's where it is a bare file name."""
+    if filename.startswith("<"):  # <string>, <stdin>: the user's; <frozen ...>: Python's
+        return filename.startswith("<frozen ")
+    if os.path.isabs(filename):
+        return _SITE.match(filename) is not None or _runs_users_code(filename)
+    for entry in sys.path:
+        try:
+            path = os.path.join(entry or os.getcwd(), filename)
+        except (OSError, TypeError):  # the working directory deleted; an entry that is no path
+            continue
+        if os.path.isfile(path):
+            path = os.path.abspath(path)
+            return _SITE.match(path) is not None or _runs_users_code(path)
+    return "/" in filename or "\\" in filename
+
+
+def call_chain(frames: Any, memo: Kinds | None = None) -> str | None:
+    """The chain of the user's frames that made an allocation, outermost first:
+    ``train_step (cell In[2]:37) → forward (In[2]:14)``; None where the stack has no frame of the
+    user's. One line reached from two calls is two chains: a leaking call and a healthy one apart.
+    The outermost frame is left out where it is a module's top level and a function of the user's
+    is beneath it: each ``%%memsnap`` cell is a cell of its own, so a step's cell would otherwise
+    make every step's site a different one."""
+    frames = user_frames(_frames(frames), memo=memo)
+    kinds = _kinds(frames, memo)
+    outer = next((i for i, (runner, _) in enumerate(kinds) if runner), len(frames))
+    mine = [f for f in frames[:outer] if _users(f)][::-1]  # outermost first
+    if len(mine) > 1 and _field(mine[0], "name") == "<module>":
+        mine = mine[1:]
+    if not mine:
+        return None
+    if len(mine) > CHAIN:
+        mine = [*mine[: CHAIN // 2], None, *mine[-(CHAIN // 2) :]]
+    parts = []
+    for n, f in enumerate(mine):
+        if f is None:
+            parts.append("…")
+            continue
+        where = _where(f)
+        if n and where.startswith("cell "):  # the first names it a cell; the rest say only where
+            where = where[len("cell ") :]
+        parts.append(f"{_field(f, 'name')} ({where}:{_line(f)})")
+    return clean(ARROW.join(parts))
+
+
+def brief(site: str) -> str:
+    """A site as a line of words names it: a chain of more than three calls as its outermost
+    call and its two innermost (``train → … → forward → keep``); the site itself stays the key."""
+    parts = site.split(ARROW)
+    return site if len(parts) <= 3 else ARROW.join([parts[0], "…", *parts[-2:]])
+
+
 def site(block: dict[str, Any], memo: Kinds | None = None) -> str:
-    """Where a block was allocated: its first readable frame, or why it has none."""
+    """Where a block was allocated: the chain of the user's frames that made it (``call_chain``),
+    else its first readable frame (a library's), else why it has none."""
     frames = block.get("frames")
+    chain = call_chain(frames, memo) if frames else None
+    if chain:
+        return chain
     lines = frame_lines(frames, limit=1, memo=memo) if frames else None
     if lines:
         return lines[0]
@@ -253,7 +329,7 @@ def site(block: dict[str, Any], memo: Kinds | None = None) -> str:
 
 
 def site_bytes(blocks: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Bytes per allocation site (the first frame, notebook cells first)."""
+    """Bytes per allocation site (``site``: the user's call chain)."""
     sites: dict[str, int] = defaultdict(int)
     named: dict[tuple[int, bool], str] = {}  # real files share one frame list among many blocks
     memo: Kinds = {}

@@ -28,11 +28,11 @@ from .explain import (
     blocks_table,
     caveats,
     failure_banner,
-    headline,
     ranks_figures,
     run_comparisons,
     usage_line,
 )
+from .headline import headline
 from .pointing import bar_at
 from .report import interval_table
 from .still import MAX_WIDTH, THEME_CSS, still_bundle
@@ -296,7 +296,7 @@ class Dashboard:
             header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
             # every run's findings, the selected one's first: a leak in another run stays in view
             ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
-            lines = [f"{name}: {headline(group)}" for name, group in ordered if group]
+            lines = [f"{name}: {line}" for name, group in ordered if group for line in headline(group).splitlines()]
             lines += run_comparisons(label, compared)
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})
@@ -307,7 +307,7 @@ class Dashboard:
                 compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
             )
         else:
-            lines = [headline(ivs)] if ivs else []
+            lines = headline(ivs).splitlines() if ivs else []
             self.overview_fig = self._figs["overview"] = charts.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )

@@ -1,4 +1,4 @@
-"""What the dashboard says about steps: the findings' headline, runs compared, one step's exact
+"""What the dashboard says about steps (the findings' headline is ``headline``): runs compared, one step's exact
 figures, its caveats, its out-of-memory report, and the largest blocks alive at its peak (HTML
 where the dashboard shows it so)."""
 
@@ -9,57 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..recording.backends import backend_class
-from ..results.findings import FLOOR, born_in, leak_sites, leaks, spikes
+from ..results.findings import born_in
 from ..results.intervals import Interval
-from ..results.stacks import frame_lines
+from ..results.stacks import frame_lines, site
 from .words import fmt_bytes, step_list
-
-
-def headline(intervals: Sequence[Interval]) -> str:
-    """The findings of a run of steps in one line: which steps leaked, which spiked (see ``results.findings``)."""
-    steps = [iv.step for iv in intervals]
-    parts = []
-    runs = leaks(intervals, steps)
-    sites = leak_sites(intervals, steps)
-    for run in runs[:2]:
-        low, high = min(run.kept), max(run.kept)
-        if len(run.steps) == 1:
-            what = f"{step_list(run.steps)} kept {fmt_bytes(run.kept[0], signed=True)}"
-        elif high - low <= 0.05 * high:
-            what = f"{step_list(run.steps)} each kept {fmt_bytes(sorted(run.kept)[len(run.kept) // 2], signed=True)}"
-        else:
-            what = f"{step_list(run.steps)} kept {fmt_bytes(low, signed=True)} to {fmt_bytes(high, signed=True)}"
-        since = f" since step {run.since}" if run.since is not None else ""
-        parts.append(f"leak: {what} ({fmt_bytes(run.total, signed=True)} held{since})")
-    if len(runs) > 2:
-        parts.append(f"{len(runs) - 2} more leaking run{'s' * (len(runs) > 3)}")
-    if sites:
-        top = sites[0]
-        each = sorted(top.kept)[len(top.kept) // 2]
-        per = (
-            f"{fmt_bytes(each, signed=True)} per step over"
-            if len(top.steps) > 1
-            else f"{fmt_bytes(each, signed=True)} in"
-        )
-        # the same site in other stretches of steps, then the other sites
-        again = sorted(step for leak in sites[1:] if leak.site == top.site for step in leak.steps)
-        others = len({leak.site for leak in sites} - {top.site})
-        extra = [f"also {step_list(again)}"] if again else []
-        extra += [f"{others} more site{'s' * (others > 1)}"] if others else []
-        more = f" ({'; '.join(extra)})" if extra else ""
-        since = f" since step {top.since}" if top.since is not None else ""
-        parts.append(f"leak site: {top.site} kept {per} {step_list(top.steps)}{since}{more}")
-    found = spikes(intervals, steps)
-    if found:
-        spike = found[0]
-        more = f" ({len(found) - 1} more)" if len(found) > 1 else ""
-        parts.append(
-            f"spike: step {spike.step} rose {fmt_bytes(spike.rise, signed=True)} over its start "
-            f"(typical {fmt_bytes(spike.typical, signed=True)}){more}"
-        )
-    if not parts and intervals:
-        return f"no leak or spike: no step kept over {fmt_bytes(FLOOR)} (or 1 % of its start), no rise stands out"
-    return " · ".join(parts)
 
 
 def bar_figures(iv: Interval) -> str:
@@ -238,7 +191,8 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
             reasons.append(reason)
         made_in = b.get("made_in")  # a clear=false history: the step before this one that made it
         earlier_here = type(made_in) is int and made_in != iv.step and not b.get("before")
-        key = (b["size"], frames[:1], reason, bool(b.get("before")) or earlier_here, b.get("category"))
+        # one row per size and call chain (``site``): one line reached from two calls is two rows
+        key = (b["size"], site(b) if frames else "", reason, bool(b.get("before")) or earlier_here, b.get("category"))
         group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
         group["count"] += 1
         shared = group["frames"]

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..results.stacks import site_bytes
+from ..results.stacks import brief, site_bytes
 from .words import fmt_bytes, step_list
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def lines(verdict: Verdict, several: bool = False) -> list[str]:
         grew = "; ".join(_growth_phrase(c, name, verdict) for name in c.exceeds)
         # what it kept is the leak's own figure: its site first; else what was alive at the peak
         site, what = (c.kept_site, c.kept_what) if "kept" in c.exceeds else (c.peak_site, c.peak_what)
-        cause = f" at {site[0]} ({fmt_bytes(site[1], signed=True)})" if site is not None else ""
+        cause = f" at {brief(site[0])} ({fmt_bytes(site[1], signed=True)})" if site is not None else ""
         cause += f", {_category(what[0])}" if what is not None else ""
         out.append(f"memsnap check: {where}: {grew}{';' if cause else ''}{cause}")
     shown = f"peak +{verdict.peak}, kept +{verdict.kept}"
@@ -316,4 +316,4 @@ def top_sites(sites: dict[str, int], count: int = 3) -> str:
     ranked = ranked[:count]
     if not ranked:
         return "no allocation site recorded"
-    return "; ".join(f"{fmt_bytes(b)} {s}" for s, b in ranked)
+    return "; ".join(f"{fmt_bytes(b)} {brief(s)}" for s, b in ranked)
