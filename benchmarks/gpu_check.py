@@ -279,7 +279,7 @@ def device_key(plan: Plan) -> str:
 
 def use_route(plan: Plan, route: str) -> None:
     """Stop any recording and make the next cells use ``route`` ("default" or "toggle")."""
-    from memsnap_magic.recording.process_state import STATE
+    from memsnap_magic.recording.process_state import STATE, Device
 
     STATE.stop_all()
     if plan.device != "cuda":
@@ -288,20 +288,20 @@ def use_route(plan: Plan, route: str) -> None:
 
     key = device_key(plan)
     if route == "default":
-        STATE.backends.pop(key, None)  # the magic builds it as usual (clear_route="auto")
+        STATE.devices.pop(key, None)  # the magic builds it as usual (clear_route="auto")
     else:
-        STATE.backends[key] = AcceleratorBackend(
-            "cuda", torch.cuda.current_device(), torch.cuda, torch.cuda.memory, clear_route=route
+        STATE.devices[key] = Device(
+            AcceleratorBackend("cuda", torch.cuda.current_device(), torch.cuda, torch.cuda.memory, clear_route=route)
         )
 
 
 def current_route(plan: Plan) -> str:
     from memsnap_magic.recording.process_state import STATE
 
-    backend = STATE.backends.get(device_key(plan))
-    if backend is None:
+    known = STATE.devices.get(device_key(plan))
+    if known is None:
         return "none"
-    return getattr(backend, "clear_route", "cpu-profiler")
+    return getattr(known.backend, "clear_route", "cpu-profiler")
 
 
 def interval_for(step: int, tag: str = "torch_memory") -> Any:

@@ -31,7 +31,7 @@ __all__ = [
 
 _LAZY = {
     "Recorder": "recording.recorder",
-    "mark": "recording.recorder",
+    "mark": "recording.steps",
     "SnapshotError": "core.errors",
     "load_snapshot": "files.snapshot",
     "dump_snapshot": "files.snapshot",
@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from .files.writer import wait_for_writes
     from .recording.options import Options
     from .recording.process_state import session
-    from .recording.recorder import Recorder, mark
+    from .recording.recorder import Recorder
+    from .recording.steps import mark
     from .results.analysis import Summary, summarize
     from .results.intervals import Interval
     from .results.session import Session

@@ -86,8 +86,8 @@ def test_a_new_family_records_through_the_magic(shell, fake_family):
     shell.run_cell("from memsnap_magic.recording.process_state import STATE")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # a device name torch does not know takes no part's failure
-        shell.run_cell("%%memsnap step=1 device=fake:1\nSTATE.backends['fake:1'].alloc(0x10, 4096)")
-        shell.run_cell("%%memsnap step=2 device=fake:1\nSTATE.backends['fake:1'].alloc(0x20, 100)")
+        shell.run_cell("%%memsnap step=1 device=fake:1\nSTATE.devices['fake:1'].backend.alloc(0x10, 4096)")
+        shell.run_cell("%%memsnap step=2 device=fake:1\nSTATE.devices['fake:1'].backend.alloc(0x20, 100)")
     assert [str(w.message) for w in caught if "memsnap" in str(w.message)] == []
     one, two = session().intervals
     assert (one.device, one.peak_allocated, one.allocator_peak_allocated) == ("fake:1", 4096, None)

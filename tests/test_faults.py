@@ -776,7 +776,7 @@ def test_a_cell_refused_for_its_options_leaves_a_never_cleared_history_running(s
         res = shell.run_cell(f"%%memsnap device=cpu {line}\nprint('ran')")
     assert not res.success and "no 'nope' in the namespace" in str(res.error_in_exec)
     assert not any("ended here" in m for m in ours(caught))
-    assert STATE.recording_devices() == ["cpu"] and STATE.chains == {"cpu": ""}
+    assert STATE.recording_devices() == ["cpu"] and STATE.devices["cpu"].chain == ""
     assert shell.run_cell("%%memsnap step=2 device=cpu\nb = torch.ones(200)").success
     assert [iv.step for iv in session().intervals] == [1, 2]
     assert session().last.trace_entries >= 2  # step 1's history went on into step 2's file

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from memsnap_magic import load_snapshot, session, wait_for_writes
-from memsnap_magic.recording.recorder import write_files
+from memsnap_magic.recording.dump import write_files
 from memsnap_magic.results.stacks import keep_user_frames, user_frames
 
 DATA = Path(__file__).parent / "data"

@@ -36,11 +36,11 @@ def test_a_hold_nobody_releases_lapses_and_a_wait_releases_it():
 
 def test_a_cells_file_is_written_after_the_cell(cpu, monkeypatch):
     from memsnap_magic.ipython.extension import _after_cell
-    from memsnap_magic.recording import recorder
+    from memsnap_magic.recording import dump
 
     order = []
-    real = recorder.write_files
-    monkeypatch.setattr(recorder, "write_files", lambda *a, **k: order.append("write") or real(*a, **k))
+    real = dump.write_files
+    monkeypatch.setattr(dump, "write_files", lambda *a, **k: order.append("write") or real(*a, **k))
     # the end of the cell (IPython's post-run hooks, a display) takes a while, the interpreter free
     cpu.events.unregister("post_run_cell", _after_cell)
     cpu.events.register("post_run_cell", lambda result: time.sleep(0.3) or order.append("cell done"))

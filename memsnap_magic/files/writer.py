@@ -1,7 +1,7 @@
 """The background writer: snapshot files (and their summaries) written off the cell's critical path.
 
 After a cell the user waits only for what the figures need: taking the snapshot, summarising
-it, clearing the history. Writing the pickle and its summary (``recording.recorder.write_files``) is a job
+it, clearing the history. Writing the pickle and its summary (``recording.dump.write_files``) is a job
 for one daemon thread, run in the order handed over, at most ``PENDING`` waiting at a time (each
 holds a snapshot in memory). It imports nothing of ours but ``core.warn``, so the loader can wait
 on it.

@@ -12,7 +12,7 @@ from typing import Any
 from ..core.warn import BACKGROUND, blamed_on
 from ..files.writer import WRITER, wait_for_writes
 from ..recording.process_state import STATE
-from ..recording.recorder import mark
+from ..recording.steps import mark
 from ..results.stacks import know_cells
 from .execute import SyntaxCheck
 from .magic import MemsnapMagics

@@ -28,7 +28,8 @@ from ..recording import options
 from ..recording.backends import BackendError
 from ..recording.option_values import Tag
 from ..recording.process_state import STATE
-from ..recording.recorder import Recorder, mark
+from ..recording.recorder import Recorder
+from ..recording.steps import mark
 from ..results.intervals import holds
 from ..results.scan import default_jobs, read_run
 from ..views.headline import findings_text

@@ -1,8 +1,9 @@
 """The process-wide state of memsnap_magic: one object, one public ``reset()``.
 
 Everything that outlives a cell lives here: the session the magic fills, the recorders running
-now (``mark()`` talks to the innermost), the backend of each device (so recording left on by a
-``clear=false`` cell is found again by the next cell), which accelerator kinds are recording
+now (``mark()`` talks to the innermost), one ``Device`` record per device (its backend, so
+recording left on by a ``clear=false`` cell is found again by the next cell, and what its next
+interval continues from), which accelerator kinds are recording
 (PyTorch records every device of a kind at once), the CPU profiler session and the one-time
 warnings already given (their keys: ``core.warn.WARNED``).
 """
@@ -32,6 +33,21 @@ class ChainSteps:
     timed: list[tuple[int, Any]] = field(default_factory=list)  # (time_us, roles.Storages)
 
 
+@dataclass
+class Device:
+    """What the process keeps of one device across cells: its backend, and what the next
+    interval recorded there continues from."""
+
+    backend: Backend
+    last_end: tuple[int, int] | None = None  # (step, end bytes) of its last cleared interval
+    chain: str | None = None  # the run whose clear=false history it goes on recording
+    chain_steps: ChainSteps | None = None  # the steps that history holds so far
+
+    def end_chain(self) -> None:
+        """The clear=false history recorded here ended: the next interval starts afresh."""
+        self.chain = self.chain_steps = None
+
+
 _MAKING = threading.Lock()
 
 
@@ -39,14 +55,10 @@ class State:
     def __init__(self) -> None:
         self._session: Session | None = None
         self.active: list[Recorder] = []  # the Recorders running now, innermost last
-        self.backends: dict[str, Backend] = {}  # device name -> its backend, reused across cells
+        self.devices: dict[str, Device] = {}  # device name -> its backend and continuity, reused across cells
         self.recording_kinds: dict[str, str] = {}  # accelerator kind -> the device whose history it records
         self.cpu_profiler: Any = None  # one profiler session per process (its warm-up is paid once)
         self.warned = WARNED  # keys of the one-time warnings already given (``core.warn.warn_once``)
-        self.last_end: dict[str, tuple[int, int]] = {}  # device -> (step, end bytes) of its last cleared interval
-        self.chains: dict[str, str] = {}  # device -> the run whose clear=false history it goes on recording
-        # device -> the steps the clear=false history recording there holds so far
-        self.chain_steps: dict[str, ChainSteps] = {}
         self.live_dashboard: Any = None  # weakref to the one dashboard that redraws (the newest shown)
         self.cells_begun = 0  # notebook cells run since %load_ext (counted before each runs)
 
@@ -60,26 +72,26 @@ class State:
 
     def recording_devices(self) -> list[str]:
         """The devices whose recording we started and left on."""
-        return [name for name, backend in self.backends.items() if backend.recording]
+        return [name for name, d in self.devices.items() if d.backend.recording]
 
     def give_up_orphaned(self) -> list[str]:
         """Give up the recordings whose thread has ended, and their session with it (a block's,
         or a clear=false history one left on), each with one warning; returns their devices."""
         gone = []
-        for name, backend in self.backends.items():
-            owner = backend.owner
-            if backend.recording and owner is not None and owner._elsewhere() and owner._orphaned():
-                owner._abandon()
+        for name, d in self.devices.items():
+            owner = d.backend.owner
+            if d.backend.recording and owner is not None and owner.orphaned():
+                owner.abandon()
                 gone.append(name)
-        self.active[:] = [r for r in self.active if not (r._elsewhere() and r._orphaned())]
+        self.active[:] = [r for r in self.active if not r.orphaned()]
         return gone
 
     def stop_all(self) -> list[str]:
         """Stop every recording we started; returns the devices that were recording."""
         stopped, failures = self.give_up_orphaned(), []
-        for name, backend in self.backends.items():
-            owner = backend.owner
-            if backend.recording and owner is not None and owner._elsewhere():
+        for name, d in self.devices.items():
+            backend, owner = d.backend, d.backend.owner
+            if backend.recording and owner is not None and owner.elsewhere():
                 # a live thread's CPU session: only that thread can stop it (its block's end will)
                 failures.append(f"{name}: recorded by another thread, which alone can stop it")
                 continue
@@ -87,12 +99,11 @@ class State:
                 try:
                     backend.end(keep=False)
                     stopped.append(name)
-                    self.chains.pop(name, None)
-                    self.chain_steps.pop(name, None)
+                    d.end_chain()
                 except Exception as e:  # try every backend; report what could not stop
                     failures.append(f"{name}: {type(e).__name__}: {e}")
         # the blocks stopped: their ends find nothing of theirs recording, and say so
-        self.active[:] = [r for r in self.active if r._backend is not None and r._backend.recording]
+        self.active[:] = [r for r in self.active if r.recording()]
         if failures:
             warn("memsnap: could not stop recording on " + "; ".join(failures))
         return stopped
@@ -104,11 +115,8 @@ class State:
         self.stop_all()
         wait_for_writes()
         self.active.clear()
-        self.backends.clear()
+        self.devices.clear()
         self.recording_kinds.clear()
-        self.last_end.clear()
-        self.chains.clear()
-        self.chain_steps.clear()
         self._session = None
         self.live_dashboard = None
 

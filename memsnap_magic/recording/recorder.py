@@ -9,39 +9,30 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import operator
 import os
 import sys
 import threading
 import time
 from collections.abc import Mapping
-from contextvars import ContextVar
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from ..core.devices import trace_index
-from ..core.errors import excerpt
-from ..core.names import brief_numbers, run_label, shown_path
+from ..core.names import brief_numbers, run_label
 from ..core.nogc import no_gc
 from ..core.warn import blamed_on, caller_outside, warn
-from ..files import layout, snapshot
-from ..files.layout import MAX_STEP, META_KEY, Meta, exception_name, snapshot_path, step_mark
+from ..files.layout import MAX_STEP
 from ..files.writer import WRITER
-from ..results import intervals, labels, stacks
-from . import backends
+from . import backends, dump
 from . import options as opts
-from .process_state import STATE, ChainSteps
-from .roles import Watch, training_objects, weakly
+from .context import current_task, describe_recorder, resolve_rank
+from .process_state import STATE
+from .reach import Reach
+from .roles import Watch, weakly
+from .steps import MARKED
 
 if TYPE_CHECKING:
-    from pathlib import Path
-    from types import FrameType
-
     from ..results.intervals import Interval
     from ..results.session import Session
     from .backends import Backend
-    from .backends.base import Names
 
 
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code (its locals are not a dict of their own)
@@ -56,69 +47,6 @@ def _stop_left_on() -> None:
 
 
 atexit.register(_stop_left_on)  # before or after the writer's wait: the files are handed over already
-
-
-def mark(step: int) -> None:
-    """Declare that ``step`` begins now, inside a ``steps=`` cell or ``Recorder(steps=...)``.
-
-    Ends the step being recorded (its snapshot holds only that step) and starts recording
-    again if ``step`` is listed. Outside such a block it does nothing, so the same loop runs
-    with or without the magic. ``step`` is an integer (numpy's too), as ``steps=`` lists them:
-    anything else is a ``TypeError`` in or out of a block, so a loop fails the same either way.
-    """
-    number = _step_number(step)
-    recorder = _MARKED.get()  # the block this code runs in: a task inherits it from where it was made
-    if recorder is None or recorder not in STATE.active:
-        recorder = STATE.active[-1] if STATE.active else None
-        task = recorder._task if recorder is not None else None
-        if task is not None and not task.done() and task is not _current_task():
-            return  # another asyncio task's block (a sibling, made before it began): not this code's
-    if recorder is not None and recorder.steps is not None:
-        recorder.mark_step(number)
-
-
-_MARKED: ContextVar[Recorder | None] = ContextVar("memsnap_recording_block", default=None)
-
-
-def _step_number(step: Any) -> int:
-    if type(step) is not bool and "bool" not in str(getattr(step, "dtype", "")):  # True is not step 1
-        with contextlib.suppress(TypeError):
-            return operator.index(step)  # ints and numpy's; never a float truncated
-    what = f"{type(step).__name__} {excerpt(step)}"
-    raise TypeError(f"mark(step): step must be an integer, as steps= lists them, not {what}")
-
-
-def _current_task() -> Any:
-    """The asyncio task running now in this thread, or None (asyncio not in use)."""
-    asyncio = sys.modules.get("asyncio")
-    loop = asyncio._get_running_loop() if asyncio is not None else None  # None, not an error, without one
-    return asyncio.current_task(loop) if asyncio is not None and loop is not None else None
-
-
-def describe_recorder(recorder: Any) -> str:
-    steps = getattr(recorder, "steps", None)
-    if steps:  # as written, unless the list is long
-        listed = ",".join(map(str, steps))
-        return f"steps={listed}" if len(listed) <= 60 else f"steps= {brief_numbers(steps)}"
-    step = getattr(recorder, "_current", None)
-    return f"step {step if step is not None else getattr(recorder, '_finishing', '?')}"  # its dump under way
-
-
-def resolve_rank(explicit: int | None = None) -> int:
-    """Explicit ``rank=``, else ``$RANK`` (torchrun, verl), else torch.distributed's rank, else
-    the ipyparallel engine id when running on an engine, else 0."""
-    if explicit is not None:
-        return explicit
-    env = os.environ.get("RANK", "")
-    if env.isdigit():
-        return int(env)
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    engine_id = getattr(getattr(shell, "kernel", None), "engine_id", None)
-    return engine_id if isinstance(engine_id, int) and engine_id >= 0 else 0
 
 
 class Recorder:
@@ -149,7 +77,7 @@ class Recorder:
     ) -> None:
         # model=/optimizer= as objects (a script's locals); as names they are options like the rest
         # held weakly, as the namespace's models are: `del model` inside the block frees it there
-        self._given = {
+        given = {
             k: weakly(keywords.pop(k))
             for k in ("model", "optimizer")
             if not isinstance(keywords.get(k), (str, type(None)))
@@ -169,8 +97,8 @@ class Recorder:
         # made in a function (a script's main()): its locals are walked too, found again on the
         # stack by its code at each walk (a frame kept would keep its locals alive after it returns)
         function = namespace is None and caller.f_code.co_flags & _CO_OPTIMIZED
-        self._caller_code = caller.f_code if function else None
         self.namespace = namespace if namespace is not None else caller.f_globals
+        self.reach = Reach(self.namespace, caller.f_code if function else None, given, options)
         self.report = report
         self.intervals: list[Interval] = []
         self._backend: Backend | None = None
@@ -223,7 +151,7 @@ class Recorder:
             None,
         )
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
-            task = _current_task()
+            task = current_task()
             where = (
                 "a block in another thread"
                 if outer._thread is not threading.current_thread()
@@ -242,9 +170,10 @@ class Recorder:
         # every check before anything changes: a refused block leaves a clear=false history running
         self._rank = resolve_rank(o.rank)
         step = o.step if o.step is not None or self.steps is not None else self._next_step()
-        training = self._training_objects()  # a bad model=/optimizer= name stops the cell here
+        training = self.reach.training_objects(self._quietly)  # a bad model=/optimizer= name stops the cell here
         backend.configure(o)  # refuses what the device cannot record before it applies anything
-        chained = STATE.chains.get(backend.device)
+        record = dump.device_record(backend)
+        chained = record.chain
         if backend.recording and chained is not None and (chained != (o.run or "") or self.steps is not None):
             why = (
                 "a steps= loop records each listed step from a fresh history"
@@ -256,7 +185,7 @@ class Recorder:
                 stacklevel=2,
             )
             backend.end(keep=False)
-            STATE.chain_steps.pop(backend.device, None)
+            record.chain_steps = None
         self._begun = set()  # a recorder used again: its marks start over
         self._told_thread = False
         backend.owner = self
@@ -264,13 +193,15 @@ class Recorder:
             if self.steps is None:  # the one place a step number is picked
                 self._current = step
                 # made before recording starts: its walks stay out of the trace
-                self._watch = self._quietly(self._new_watch, backend, training)
+                self._watch = self._quietly(self.reach.new_watch, backend, self._quietly, training)
                 self._usage = self._quietly(backend.usage)
                 self._began_us = time.time_ns() // 1000
-                backend.begin(fresh=False, namespace=self._reach())
+                backend.begin(fresh=False, namespace=self.reach.tensors())
             else:
                 backend.warm_up()
-                backend.follow(namespace=self._reach())  # the steps before the first listed one count for its start
+                backend.follow(
+                    namespace=self.reach.tensors()
+                )  # the steps before the first listed one count for its start
         except BaseException:  # nothing half-started is left recording, or hooked
             self._current = None
             if self._watch is not None:
@@ -280,9 +211,9 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
-        self._thread, self._task = threading.current_thread(), _current_task()
+        self._thread, self._task = threading.current_thread(), current_task()
         STATE.active.append(self)
-        _MARKED.set(self)
+        MARKED.set(self)
         return self
 
     def stop(self, error: BaseException | None = None) -> None:
@@ -297,9 +228,9 @@ class Recorder:
     def _stop(self, error: BaseException | None = None) -> None:
         started, backend = self in STATE.active, self._backend
         mine = backend is not None and backend.owner is self  # never another's recording (after %memsnap off)
-        if started and backend is not None and self._elsewhere():
-            if self._orphaned():
-                self._abandon()
+        if started and backend is not None and self.elsewhere():
+            if self.orphaned():
+                self.abandon()
                 return
             warn(
                 f"memsnap: {describe_recorder(self)} on {backend.device} was started in another thread, and "
@@ -309,8 +240,8 @@ class Recorder:
             return
         if started:
             self._task = None
-        if _MARKED.get() is self:
-            _MARKED.set(None)
+        if MARKED.get() is self:
+            MARKED.set(None)
         if started and self.steps is not None and not set(self.steps) <= self._begun:
             self._say_unmarked()
         keep, step = not self.options.clear, self._current
@@ -341,11 +272,11 @@ class Recorder:
             if watch is not None:
                 self._quietly(watch.detach)
             if mine and backend is not None:  # which run a history left on goes on with
+                record = dump.device_record(backend)
                 if backend.recording:
-                    STATE.chains[backend.device] = self.options.run or ""
+                    record.chain = self.options.run or ""
                 else:
-                    STATE.chains.pop(backend.device, None)
-                    STATE.chain_steps.pop(backend.device, None)
+                    record.end_chain()
 
     def _next_step(self) -> int:
         """The step after the run's highest, which a file loaded into it may have set."""
@@ -426,7 +357,7 @@ class Recorder:
         """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
         if self.steps is None or self._backend is None:
             return
-        if self._elsewhere():
+        if self.elsewhere():
             if not self._told_thread:
                 self._told_thread = True
                 warn(
@@ -441,28 +372,36 @@ class Recorder:
             self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
             self._current = None
             if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
-                self._quietly(self._backend.follow, namespace=self._reach())
+                self._quietly(self._backend.follow, namespace=self.reach.tensors())
         if listed:  # mark() runs inside the user's loop: our failure must not stop it
             self._begun.add(step)
-            self._watch = self._quietly(self._new_watch, self._backend)
+            self._watch = self._quietly(self.reach.new_watch, self._backend, self._quietly)
             self._usage = self._quietly(self._backend.usage)
             self._began_us = time.time_ns() // 1000
-            self._quietly(self._backend.begin, fresh=True, namespace=self._reach())
+            self._quietly(self._backend.begin, fresh=True, namespace=self.reach.tensors())
             self._current = step if self._backend.recording else None
             if self._current is None and self._watch is not None:
                 self._quietly(self._watch.detach)
                 self._watch = None
 
-    def _elsewhere(self) -> bool:
+    def task(self) -> Any:
+        """The asyncio task that started this recording, or None (a thread's, or none yet)."""
+        return self._task
+
+    def recording(self) -> bool:
+        """Whether this block's device is recording now (%memsnap off may have stopped it)."""
+        return self._backend is not None and self._backend.recording
+
+    def elsewhere(self) -> bool:
         """Whether this thread is not the one recording, on a backend bound to that thread."""
         backend = self._backend
         return backend is not None and backend.thread_bound and threading.current_thread() is not self._thread
 
-    def _orphaned(self) -> bool:
-        """Whether the thread that started this recording has ended (``_elsewhere`` holds then)."""
-        return self._thread is not None and not self._thread.is_alive()
+    def orphaned(self) -> bool:
+        """Whether this recording is bound to a thread that has ended (nothing else can stop it)."""
+        return self.elsewhere() and self._thread is not None and not self._thread.is_alive()
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
         """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
         backend = self._backend
         running = self in STATE.active  # else a clear=false history its block left on
@@ -478,94 +417,11 @@ class Recorder:
                 where=self.where,
             )
             self._quietly(backend.abandon)
-            STATE.chains.pop(backend.device, None)
-            STATE.chain_steps.pop(backend.device, None)
+            dump.device_record(backend).end_chain()
         self._current = None
         watch, self._watch = self._watch, None
         if watch is not None:
             self._quietly(watch.detach)
-
-    def _names(self) -> dict[str, Any]:
-        """The namespace, with the locals of the function that made this recorder while it runs
-        (a script's ``main()``), read afresh each time."""
-        code = self._caller_code
-        if code is None:
-            return self.namespace
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None and frame.f_code is not code:
-            frame = frame.f_back
-        if frame is None:  # it has returned (a recorder made in a helper): its locals are gone
-            return self.namespace
-        local = frame.f_locals
-        names = {**self.namespace, **local}
-        if type(local) is dict:
-            # Python 3.11-3.12 keep this copy in the frame until the next read, and with it every
-            # local: a del after the block would free nothing. Emptied, it holds none (any read
-            # fills it again first); 3.13's f_locals is a view of the frame and keeps nothing
-            local.clear()
-        return names
-
-    def _reach(self) -> Names:
-        """Where the CPU route finds the tensors live at the start and end: the namespace itself,
-        else a function giving the names and the objects given as they are when called (a copy
-        kept would keep every object in it alive)."""
-        return self.namespace if self._caller_code is None and not self._given else self._reach_now
-
-    def _reach_now(self) -> dict[str, Any]:
-        given = {f"<{key}=>": ref() for key, ref in self._given.items()}
-        return {**self._names(), **{key: value for key, value in given.items() if value is not None}}
-
-    def _training_objects(self) -> tuple[list[Any], list[Any]]:
-        """The models and optimizers whose tensors the dump labels: named, given, else found."""
-        o, found = self.options, {}
-        for key in ("model", "optimizer"):
-            name = getattr(o, key)
-            if key in self._given:
-                value = self._given[key]()
-                found[key] = [value] if value is not None else []
-            elif name is not None:
-                head, *rest = name.split(".")
-                names = self._names()
-                if head not in names:
-                    raise opts.OptionError(f"{key}={name}: no {head!r} in the namespace")
-                value = names[head]
-                for n, attr in enumerate(rest, start=1):
-                    if not hasattr(value, attr):
-                        raise opts.OptionError(f"{key}={name}: {'.'.join([head, *rest[: n - 1]])} has no {attr!r}")
-                    value = getattr(value, attr)
-                found[key] = [value]
-        import torch
-
-        kinds = {
-            "model": (torch.nn.Module, "torch.nn.Module"),
-            "optimizer": (torch.optim.Optimizer, "torch.optim.Optimizer"),
-        }
-        for key, values in found.items():
-            kind, public = kinds[key]
-            for value in values:  # none: a given object since freed
-                if not issubclass(type(value), kind):  # by type(): a proxy's __class__ is not run
-                    named = "the object given" if key in self._given else getattr(o, key)
-                    raise opts.OptionError(f"{key}={named}: that is a {type(value).__name__}, not a {public}")
-        if len(found) == 2:
-            return found["model"], found["optimizer"]
-        modules, optimizers = self._quietly(training_objects, self._names()) or ([], [])
-        return found.get("model", modules), found.get("optimizer", optimizers)
-
-    def _new_watch(self, backend: Backend, training: tuple[list[Any], list[Any]] | None = None) -> Watch | None:
-        """A watch over the models and optimizers ``training`` (found again when not given); none
-        for a block given an empty namespace and no model= or optimizer=: it asked to label nothing."""
-        named = {key for key in ("model", "optimizer") if key in self._given or getattr(self.options, key) is not None}
-        if not named and self._caller_code is None and not self.namespace:
-            return None
-        if training is None:
-            training = self._training_objects()
-        return Watch(
-            backend.device,
-            *training,
-            named_model="model" in named,
-            named_optimizer="optimizer" in named,
-            rediscover=None if len(named) == 2 else lambda: training_objects(self._names()),
-        )
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -588,166 +444,7 @@ class Recorder:
         # cycle is the moment it is freed, and the figures of a clear=false chain depend on it
         backend = self._backend
         with no_gc() if backend is not None and not backend.host else contextlib.nullcontext():
-            self._snapshot_and_hand_over(step, error, keep, cleared)
-
-    def _snapshot_and_hand_over(self, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
-        # Until the snapshot is taken every Python call is recorded on CPU (the tracer): as few as can be.
-        backend, o = self._backend, self.options
-        assert backend is not None
-        watch, self._watch = self._watch, None
-        if not backend.recording or backend.owner is not self:  # %memsnap off or %unload_ext ran inside the block
-            if watch is not None:
-                self._quietly(watch.detach)
-            warn(
-                f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
-                "(%memsnap off?); nothing was written",
-                stacklevel=4,
-            )
-            return
-        end_us = time.time_ns() // 1000
-        # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
-        this_step, chained = step_mark(step, o.run), STATE.chain_steps.get(backend.device)
-        try:
-            usage = self._quietly(backend.usage)
-            snap = self._quietly(backend.snapshot_marked, this_step if chained is None or not chained.marks else None)
-        finally:
-            if watch is not None:  # its hooks come off the optimizers whatever happens next
-                self._quietly(watch.detach)
-        allocator_peak = self._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
-
-        if snap is None:
-            self._quietly(backend.end, keep=False)
-            return
-        failed = self._quietly(backend.failed_request, error, end_us) if error is not None else None
-        if failed is not None:  # before labelling: the entry is marked like the others
-            snap["device_traces"][trace_index(backend.device)].append(failed)
-        roles = self._quietly(watch.finish) if watch is not None else None  # recording is off here
-        # a clear=false history holds the steps before this one: each entry says which it came from,
-        # and their blocks take the roles seen while those steps ran
-        before = STATE.chain_steps.pop(backend.device, None) or ChainSteps()
-        if roles is not None and before.timed:
-            roles.timed[:0] = before.timed
-        if roles:
-            self._quietly(labels.label_snapshot, snap, trace_index(backend.device), roles, end_us)
-        marks = [*before.marks, (self._began_us, this_step)]
-        self._quietly(layout.stamp, snap, trace_index(backend.device), marks)
-        if keep:
-            timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed
-            timed = [(t, seen) for t, seen in timed if seen]
-            STATE.chain_steps[backend.device] = ChainSteps(marks, timed)
-        meta = Meta(
-            step=step,
-            rank=self._rank,
-            device=backend.device,
-            tag=o.tag,
-            pid=os.getpid(),
-            end_us=end_us,
-            error=exception_name(error) if error is not None else None,
-            clear=cleared,
-            allocator_peak_allocated=allocator_peak,
-            context=o.context if backend.records_stacks else "none",
-            max_entries=o.max_entries,
-            incomplete=backend.incomplete or (self._quietly(backend.incomplete_because, error) if error else None),
-            freed_unseen=backend.freed_unseen or None,
-            run=o.run,
-            usage_start=self._usage,
-            usage_end=usage,
-        )
-        snap[META_KEY] = meta.to_dict()
-        path: Path = snapshot_path(self._out or o.out, step, o.tag, self._rank, o.run)
-        try:
-            d = self._quietly(intervals.digest, snap)
-        finally:
-            self._quietly(backend.end, keep=keep)
-        if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
-            self._quietly(_name_cells, snap, d)
-        iv = self._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
-        write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
-        if o.wait or iv is None:
-            self._write_now(write)
-        if iv is not None:
-            last = STATE.last_end.pop(backend.device, None)  # what the last cleared interval here ended with
-            # a full ring dropped the oldest entries: its baseline is the window's start, not the
-            # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
-            followed = self.steps is not None and bool(self.intervals)
-            if last is not None and not iv.overflowed and not followed:
-                iv.moved_since, iv.moved = last[0], iv.baseline_allocated - last[1]
-            if cleared:
-                STATE.last_end[backend.device] = (step, iv.end_allocated)
-            previous = self.session.previous(iv)
-            self.session.add(iv)
-            self.intervals.append(iv)
-            if self.report is not None:
-                self._quietly(self.report, iv, previous)
-            elif iv.incomplete:  # a block's figures, with no line printed to say it
-                warn(f"memsnap: step {step} on {backend.device} is incomplete: {iv.incomplete}", stacklevel=4)
-        if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
-            try:  # blocks while the write before waits: a Ctrl-C there means no file
-                WRITER.submit(write, str(path), self.where)
-            except BaseException:
-                iv.path = None
-                raise
-
-    @staticmethod
-    def _write_now(write: Callable[[], str | None]) -> None:
-        message = write()
-        if message is not None:
-            warn(message, stacklevel=5)
-
-
-def _name_cells(snap: dict[str, Any], d: dict[str, Any]) -> None:
-    """The In[N] of the cells the digest's blocks were made in, into its meta and the file's."""
-    cells = stacks.cells_in(b["frames"] for b in d["top_blocks"])
-    if cells:
-        d["meta"] = replace(d["meta"], cells=cells)
-        snap[META_KEY]["cells"] = cells
-
-
-def _all_cells(snap: dict[str, Any]) -> None:
-    """Every cell the file's stacks pass through, into its meta (``memsnap diff`` names them all)."""
-    meta = snap.get(META_KEY)
-    if type(meta) is not dict:
-        return
-    frames = [e.get("frames") for t in snap.get("device_traces") or () for e in t]
-    frames += [b.get("frames") for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
-    found = stacks.cells_in(frames)
-    if found:
-        meta["cells"] = {**(meta.get("cells") or {}), **found}
-
-
-def write_files(
-    snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None, trim: bool = False
-) -> str | None:
-    """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
-    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written.
-    ``trim``: cut its stacks at the user's outermost frame first (PyTorch's run down through the
-    shell and kernel: ~20 frames of IPython, ipykernel and asyncio under every cell)."""
-    from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
-
-    try:
-        if trim:
-            stacks.keep_user_frames(snap)
-        _all_cells(snap)
-        snapshot.dump_snapshot(snap, path)
-        size = path.stat().st_size
-    except Exception as e:
-        if interval is not None:
-            interval.path = None
-        step = f"step {interval.step}" if interval is not None else "the interval"
-        return f"memsnap: could not write {shown_path(path)}: {_reason(e)}; {step} is kept in memory only"
-    if interval is not None:
-        interval.file_bytes = size
-    if d is None:
-        return None
-    try:
-        summaries.write_beside(path, d)
-    except Exception as e:  # readers recompute what a summary would have said
-        return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
-    return None
-
-
-def _reason(e: BaseException) -> str:
-    return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            dump.take_and_hand_over(self, step, error, keep, cleared)
 
 
 Recorder.__doc__ = (Recorder.__doc__ or "") + "\n" + opts.help_text(indent=4)

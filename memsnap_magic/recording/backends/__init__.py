@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from ...core.devices import KINDS, Kind
-from ..process_state import STATE
+from ..process_state import STATE, Device
 from .base import Backend, BackendError
 
 __all__ = ["KINDS", "Backend", "BackendError", "Kind", "backend_class", "get_backend", "resolve_device"]
@@ -50,10 +50,10 @@ def resolve_device(device: str) -> str:
 def get_backend(device: str) -> Backend:
     """The backend of a concrete device from ``resolve_device``, reused across cells; the caller
     configures it once it knows the backend is free to record."""
-    backend = STATE.backends.get(device)
-    if backend is None:
-        backend = STATE.backends[device] = _class(device).for_device(device)
-    return backend
+    known = STATE.devices.get(device)
+    if known is None:
+        known = STATE.devices[device] = Device(_class(device).for_device(device))
+    return known.backend
 
 
 def _class(device: str) -> type[Backend]:

@@ -1,0 +1,235 @@
+"""The dump pipeline of one interval, as functions: take → label → stamp → meta → digest →
+interval → write. ``Recorder`` (``recorder.py``) owns the block's lifecycle (start, stop,
+nesting, threads, tasks) and calls ``take_and_hand_over`` when a step ends; everything from
+the snapshot to the file is here, in the order it happens.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..core.devices import trace_index
+from ..core.names import shown_path
+from ..core.warn import warn
+from ..files import layout, snapshot
+from ..files.layout import META_KEY, Meta, exception_name, snapshot_path, step_mark
+from ..files.writer import WRITER
+from ..results import intervals, labels, stacks
+from .process_state import STATE, ChainSteps, Device
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..results.intervals import Interval
+    from ..results.labels import Roles
+    from .backends import Backend
+    from .recorder import Recorder
+
+
+def device_record(backend: Backend) -> Device:
+    """The process's record of ``backend``'s device (made again after ``%memsnap reset``)."""
+    return STATE.devices.setdefault(backend.device, Device(backend))
+
+
+def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:
+    """Take the snapshot of ``step``, label and stamp it, give the session its interval and the
+    writer its file (or write it now, for ``wait=true``). ``keep``: leave recording on after."""
+    # Until the snapshot is taken every Python call is recorded on CPU (the tracer): as few as can be.
+    backend, o = rec._backend, rec.options
+    assert backend is not None
+    watch, rec._watch = rec._watch, None
+    if not backend.recording or backend.owner is not rec:  # %memsnap off or %unload_ext ran inside the block
+        if watch is not None:
+            rec._quietly(watch.detach)
+        warn(
+            f"memsnap: recording of step {step} on {backend.device} was stopped inside the block "
+            "(%memsnap off?); nothing was written",
+            stacklevel=4,
+        )
+        return
+    end_us = time.time_ns() // 1000
+    record = device_record(backend)
+    # one step's mark is given to the entries as they are built; a clear=false history's several, by stamp
+    this_step, chained = step_mark(step, o.run), record.chain_steps
+    try:
+        usage = rec._quietly(backend.usage)
+        snap = rec._quietly(backend.snapshot_marked, this_step if chained is None or not chained.marks else None)
+    finally:
+        if watch is not None:  # its hooks come off the optimizers whatever happens next
+            rec._quietly(watch.detach)
+    allocator_peak = rec._quietly(backend.allocator_peak) if backend.has_allocator_peak else None
+
+    if snap is None:
+        rec._quietly(backend.end, keep=False)
+        return
+    failed = rec._quietly(backend.failed_request, error, end_us) if error is not None else None
+    if failed is not None:  # before labelling: the entry is marked like the others
+        snap["device_traces"][trace_index(backend.device)].append(failed)
+    roles = rec._quietly(watch.finish) if watch is not None else None  # recording is off here
+    _label_and_stamp(rec, snap, record, roles, this_step, keep, end_us)
+    meta = _meta(rec, step, error, cleared, allocator_peak, usage, end_us)
+    snap[META_KEY] = meta.to_dict()
+    path: Path = snapshot_path(rec._out or o.out, step, o.tag, rec._rank, o.run)
+    try:
+        d = rec._quietly(intervals.digest, snap)
+    finally:
+        rec._quietly(backend.end, keep=keep)
+    if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
+        rec._quietly(_name_cells, snap, d)
+    iv = rec._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
+    write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
+    if o.wait or iv is None:
+        _write_now(write)
+    if iv is not None:
+        _join_session(rec, iv, record, cleared)
+    if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
+        try:  # blocks while the write before waits: a Ctrl-C there means no file
+            WRITER.submit(write, str(path), rec.where)
+        except BaseException:
+            iv.path = None
+            raise
+
+
+def _label_and_stamp(
+    rec: Recorder,
+    snap: dict[str, Any],
+    record: Device,
+    roles: Roles | None,
+    this_step: str,
+    keep: bool,
+    end_us: int,
+) -> None:
+    """Label the blocks with the roles seen (parameters, gradients, optimizer state) and stamp
+    each entry with its step; a clear=false history keeps its steps for the next snapshot."""
+    device = record.backend.device
+    # a clear=false history holds the steps before this one: each entry says which it came from,
+    # and their blocks take the roles seen while those steps ran
+    before = record.chain_steps or ChainSteps()
+    record.chain_steps = None
+    if roles is not None and before.timed:
+        roles.timed[:0] = before.timed
+    if roles:
+        rec._quietly(labels.label_snapshot, snap, trace_index(device), roles, end_us)
+    marks = [*before.marks, (rec._began_us, this_step)]
+    rec._quietly(layout.stamp, snap, trace_index(device), marks)
+    if keep:
+        timed = [*roles.timed, (end_us, roles.end)] if roles is not None else before.timed
+        timed = [(t, seen) for t, seen in timed if seen]
+        record.chain_steps = ChainSteps(marks, timed)
+
+
+def _meta(
+    rec: Recorder,
+    step: int,
+    error: BaseException | None,
+    cleared: bool,
+    allocator_peak: int | None,
+    usage: dict[str, int] | None,
+    end_us: int,
+) -> Meta:
+    """The file's memsnap block: what the snapshot cannot say of itself."""
+    backend, o = rec._backend, rec.options
+    assert backend is not None
+    return Meta(
+        step=step,
+        rank=rec._rank,
+        device=backend.device,
+        tag=o.tag,
+        pid=os.getpid(),
+        end_us=end_us,
+        error=exception_name(error) if error is not None else None,
+        clear=cleared,
+        allocator_peak_allocated=allocator_peak,
+        context=o.context if backend.records_stacks else "none",
+        max_entries=o.max_entries,
+        incomplete=backend.incomplete or (rec._quietly(backend.incomplete_because, error) if error else None),
+        freed_unseen=backend.freed_unseen or None,
+        run=o.run,
+        usage_start=rec._usage,
+        usage_end=usage,
+    )
+
+
+def _join_session(rec: Recorder, iv: Interval, record: Device, cleared: bool) -> None:
+    """Add the interval to the session (and the block's list), with where its start moved since
+    the device's last cleared interval ended, and report it."""
+    last, record.last_end = record.last_end, None  # what the last cleared interval here ended with
+    # a full ring dropped the oldest entries: its baseline is the window's start, not the
+    # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
+    followed = rec.steps is not None and bool(rec.intervals)
+    if last is not None and not iv.overflowed and not followed:
+        iv.moved_since, iv.moved = last[0], iv.baseline_allocated - last[1]
+    if cleared:
+        record.last_end = (iv.step, iv.end_allocated)
+    previous = rec.session.previous(iv)
+    rec.session.add(iv)
+    rec.intervals.append(iv)
+    if rec.report is not None:
+        rec._quietly(rec.report, iv, previous)
+    elif iv.incomplete:  # a block's figures, with no line printed to say it
+        warn(f"memsnap: step {iv.step} on {record.backend.device} is incomplete: {iv.incomplete}", stacklevel=5)
+
+
+def _write_now(write: Callable[[], str | None]) -> None:
+    message = write()
+    if message is not None:
+        warn(message, stacklevel=5)
+
+
+def _name_cells(snap: dict[str, Any], d: dict[str, Any]) -> None:
+    """The In[N] of the cells the digest's blocks were made in, into its meta and the file's."""
+    cells = stacks.cells_in(b["frames"] for b in d["top_blocks"])
+    if cells:
+        d["meta"] = replace(d["meta"], cells=cells)
+        snap[META_KEY]["cells"] = cells
+
+
+def _all_cells(snap: dict[str, Any]) -> None:
+    """Every cell the file's stacks pass through, into its meta (``memsnap diff`` names them all)."""
+    meta = snap.get(META_KEY)
+    if type(meta) is not dict:
+        return
+    frames = [e.get("frames") for t in snap.get("device_traces") or () for e in t]
+    frames += [b.get("frames") for seg in snap.get("segments") or () for b in seg.get("blocks") or ()]
+    found = stacks.cells_in(frames)
+    if found:
+        meta["cells"] = {**(meta.get("cells") or {}), **found}
+
+
+def write_files(
+    snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None, trim: bool = False
+) -> str | None:
+    """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
+    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written.
+    ``trim``: cut its stacks at the user's outermost frame first (PyTorch's run down through the
+    shell and kernel: ~20 frames of IPython, ipykernel and asyncio under every cell)."""
+    from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
+
+    try:
+        if trim:
+            stacks.keep_user_frames(snap)
+        _all_cells(snap)
+        snapshot.dump_snapshot(snap, path)
+        size = path.stat().st_size
+    except Exception as e:
+        if interval is not None:
+            interval.path = None
+        step = f"step {interval.step}" if interval is not None else "the interval"
+        return f"memsnap: could not write {shown_path(path)}: {_reason(e)}; {step} is kept in memory only"
+    if interval is not None:
+        interval.file_bytes = size
+    if d is None:
+        return None
+    try:
+        summaries.write_beside(path, d)
+    except Exception as e:  # readers recompute what a summary would have said
+        return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
+    return None
+
+
+def _reason(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
