@@ -401,3 +401,20 @@ def test_cli_jobs_is_checked(capsys):
     with pytest.raises(SystemExit) as e:
         main(["summarize", "x", "--jobs", "0"])
     assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_every_interval_fact_has_exactly_one_source():
+    """A per-step fact is declared once: a digest field (its check in files.summary_fields), a
+    Meta field of the same name, or one of the few the reading resolves or the session sets."""
+    from dataclasses import fields
+
+    from memsnap_magic.files.summary_fields import ENCODED, FIELDS
+    from memsnap_magic.results.intervals import CONTENT, FROM_META, RESOLVED, Interval
+
+    set_later = {"path", "file_bytes", "overflowed", "moved", "moved_since"}
+    set_later |= {"cumulative_peak_allocated", "cumulative_trace_entries"}
+    sources = [set(CONTENT), set(FROM_META), set(RESOLVED) - {"device"}, set_later]
+    names = {f.name for f in fields(Interval)}
+    assert set(CONTENT) == set(FIELDS) | set(ENCODED)
+    assert set().union(*sources) == names
+    assert sum(len(s) for s in sources) == len(names)  # no fact comes from two places

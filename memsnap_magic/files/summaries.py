@@ -26,7 +26,7 @@ The format (``VERSION`` 5), one JSON object::
      "time_us": [first, delta, delta, ...], "allocated": [first, delta, ...]}
 
 Bytes are requested bytes, as in ``results.intervals.Interval``; the timeline is decimated (at most a few
-thousand points) and stored as differences. ``VERSION`` goes up whenever what a summary holds, or
+thousand points) and stored as differences. ``VERSION`` (``summary_fields``) goes up whenever what a summary holds, or
 how any of it is computed, changes: summaries of another version are recomputed without a word.
 """
 
@@ -49,10 +49,9 @@ from ..core.warn import warn_once
 from .layout import META_KEY, Meta
 from .schema import INT64
 from .snapshot import write_atomically
-from .summary_fields import BYTES, FIELDS, list_of, pair
+from .summary_fields import BYTES, FIELDS, VERSION, list_of, pair
 
 FORMAT = "memsnap-summary"
-VERSION = 5
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)

@@ -101,6 +101,10 @@ def _oom(v: Any) -> bool:
     )
 
 
+# The digest's plain fields and their checks: one line here declares a per-step fact a snapshot
+# gives (an ``Interval`` field of the same name, computed by ``results.intervals.digest``), and
+# every summary written since carries it. ``VERSION`` goes up with any change to this table.
+VERSION = 5
 FIELDS: dict[str, Callable[[Any], bool]] = {
     "device": _check("a device name (cuda:0)")(lambda v: type(v) is str and _DEVICE(v) is not None),
     "baseline_allocated": _check("a byte count")(lambda v: _int(v, -BYTES)),
@@ -115,3 +119,7 @@ FIELDS: dict[str, Callable[[Any], bool]] = {
     "by_category_at_peak": _categories,
     "oom": _oom,
 }
+
+# The digest's fields with an encoding of their own in a summary (``summaries.encode``): the
+# blocks made and kept (address: size) and the decimated timeline
+ENCODED = ("born", "time_us", "allocated")

@@ -21,6 +21,7 @@ from ..core.devices import trace_index
 from ..core.errors import SnapshotError, excerpt
 from ..files.layout import Meta, PathInfo, folder_run, parse_path
 from ..files.snapshot import load_snapshot
+from ..files.summary_fields import ENCODED, FIELDS
 from .labels import totals
 from .measures import Figures
 from .stacks import Kinds, learn_cells, plain_frames, site
@@ -96,24 +97,9 @@ class Interval(Figures):
         return rec
 
 
-# What a digest holds besides its ``meta``: an Interval's fields as its snapshot gives them
-CONTENT = (
-    "device",
-    "baseline_allocated",
-    "peak_allocated",
-    "end_allocated",
-    "trace_entries",
-    "top_blocks",
-    "born",
-    "kept_by_site",
-    "held_by_site",
-    "transient",
-    "by_category",
-    "by_category_at_peak",
-    "oom",
-    "time_us",
-    "allocated",
-)
+# What a digest holds besides its ``meta``: an Interval's fields as its snapshot gives them,
+# declared (with their checks) in ``files.summary_fields``
+CONTENT = (*FIELDS, *ENCODED)
 
 
 def digest(snap: dict[str, Any]) -> dict[str, Any]:
@@ -199,21 +185,20 @@ def interval_from_digest(
         step=_first(meta.step, named.step, position),
         rank=_first(meta.rank, named.rank, 0),
         path=path,
-        error=meta.error,
-        allocator_peak_allocated=meta.allocator_peak_allocated,
-        clear=meta.clear,
         tag=_first(meta.tag, named.tag, defaults.TAG),
         file_bytes=file_bytes,
         overflowed=meta.max_entries is not None and d["trace_entries"] >= meta.max_entries,
         context=_first(meta.context, defaults.CONTEXT),
-        incomplete=meta.incomplete,
-        freed_unseen=meta.freed_unseen,
-        usage_start=meta.usage_start,
-        usage_end=meta.usage_end,
-        end_us=meta.end_us,
         run=_run_of(run, meta, path),
+        **{key: getattr(meta, key) for key in FROM_META},
         **{key: d[key] for key in CONTENT},
     )
+
+
+# The recorder's facts an Interval takes from the file's ``Meta`` as they are: every field the
+# two share, but those read with a fallback above (and the device, which the digest resolves)
+RESOLVED = ("step", "rank", "tag", "context", "run", "device")
+FROM_META = tuple(f.name for f in fields(Meta) if f.name in Interval.__dataclass_fields__ and f.name not in RESOLVED)
 
 
 def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, **naming: Any) -> Interval:
