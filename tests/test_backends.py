@@ -141,7 +141,8 @@ def test_cpu_route_refuses_a_torch_older_than_it_runs_on(shell, monkeypatch, ver
     import torch
 
     from memsnap_magic.recording.backends import BackendError
-    from memsnap_magic.recording.backends.cpu.backend import OLDEST_TORCH, CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
+    from memsnap_magic.recording.backends.cpu.limits import OLDEST_TORCH
 
     monkeypatch.setattr(torch, "__version__", version)
     with pytest.raises(
@@ -158,7 +159,8 @@ def test_cpu_route_refuses_a_torch_older_than_it_runs_on(shell, monkeypatch, ver
 def test_cpu_route_warns_once_on_an_untested_torch(monkeypatch):
     import torch
 
-    from memsnap_magic.recording.backends.cpu.backend import TESTED_TORCH, CpuBackend
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
+    from memsnap_magic.recording.backends.cpu.limits import TESTED_TORCH
 
     STATE.warned.discard("untested-torch")
     monkeypatch.setattr(torch, "__version__", "2.99.0+cpu")

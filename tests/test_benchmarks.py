@@ -42,6 +42,7 @@ ROWS = (
     "warm_scan",
     "cold_scan_jobs",
     "background_write",
+    "next_compute_cell",
     "long_steps_line",
 )
 

@@ -543,7 +543,7 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
 
 
 def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, capfd):
-    from memsnap_magic.recording.backends.cpu.backend import TAKEN_OVER
+    from memsnap_magic.recording.backends.cpu.limits import TAKEN_OVER
 
     shell.run_cell("import torch")
     res = shell.run_cell(
@@ -566,7 +566,7 @@ def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, ca
 
 
 def test_a_huge_cpu_interval_says_once_what_the_profiler_holds(shell, monkeypatch):
-    from memsnap_magic.recording.backends.cpu import backend as cpu
+    from memsnap_magic.recording.backends.cpu import limits as cpu
 
     monkeypatch.setattr(cpu, "HUGE", 500)
     monkeypatch.setattr(cpu, "STACKS_HINT", 500)

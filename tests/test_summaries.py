@@ -23,7 +23,7 @@ from memsnap_magic.core.errors import SnapshotError
 from memsnap_magic.files import snapshot as snapshot_module
 from memsnap_magic.files import summaries
 from memsnap_magic.files.snapshot import dump_snapshot, load_snapshot
-from memsnap_magic.recording.backends.cpu.history import _segment
+from memsnap_magic.recording.backends.cpu.entries import segment as _segment
 from memsnap_magic.recording.process_state import STATE
 from memsnap_magic.recording.recorder import Recorder
 from memsnap_magic.results import intervals, scan

@@ -20,18 +20,23 @@ Tensors reachable only from elsewhere (closures, autograd graphs of unnamed resu
 from __future__ import annotations
 
 import contextlib
-import re
-import sys
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
-from ....core.warn import warn_once
 from ...options import DEFAULTS
 from ...process_state import STATE
 from ..base import Backend, BackendError, Names
 from .frames import STACK_BYTES
 from .history import History
+from .limits import (
+    PROFILER_REFUSED,
+    TAKEN_OVER,
+    profile_hook_on,
+    refuse_if_too_old,
+    warn_if_huge,
+    warn_if_untested,
+)
 from .live_tensors import live_storages
 from .oom import allocator_failure, available_bytes, traceback_frames
 from .profiler import _Profiler, resident_bytes
@@ -39,12 +44,6 @@ from .storage_refs import StorageRefs
 
 if TYPE_CHECKING:
     from ...options import Options
-
-# torch releases the CPU route was tested with: it uses private profiler APIs (torch._C).
-TESTED_TORCH = ("2.13", "2.14")
-# Below this it is refused: torch 2.1's profiler crashed the process under it (a segfault in
-# ending a session), and a storage's Python object there does not live as long as the storage.
-OLDEST_TORCH = (2, 5)
 
 
 def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[Any]:
@@ -55,48 +54,6 @@ def _when_freed(storages: dict[int, Any], died: Callable[[int], None]) -> list[A
         with contextlib.suppress(TypeError):
             refs.append(weakref.ref(storage, lambda _, ptr=ptr: died(ptr)))  # type: ignore[misc]  # a lambda's default
     return refs
-
-
-def _profile_hook_on() -> bool:
-    """Whether a ``sys.setprofile`` hook of someone else's is on (a profiler, a tracer): PyTorch's
-    Python tracer would take its place for the cell and remove it after, so the cell records
-    without stacks instead, and says so once."""
-    hook = sys.getprofile()
-    if hook is None:
-        return False
-    name = getattr(hook, "__qualname__", None) or type(hook).__qualname__
-    warn_once(
-        "profile-hook",
-        f"memsnap: a Python profile hook is on (sys.setprofile: {name}); the CPU route records "
-        "without Python stacks while it is, so that it keeps running through the cell",
-    )
-    return True
-
-
-def _refuse_if_too_old() -> None:
-    import torch
-
-    version = str(torch.__version__)
-    release = re.match(r"(\d+)\.(\d+)", version)
-    if release is not None and (int(release[1]), int(release[2])) < OLDEST_TORCH:
-        raise BackendError(
-            f"device=cpu: the CPU route needs torch {'.'.join(map(str, OLDEST_TORCH))} or newer "
-            f"(it reads PyTorch's private profiler API, which crashed older releases); this is torch "
-            f"{version}. Record on an accelerator, or upgrade torch."
-        )
-
-
-def _warn_if_untested() -> None:
-    import torch
-
-    version = torch.__version__
-    if not version.startswith(tuple(f"{v}." for v in TESTED_TORCH)):
-        warn_once(
-            "untested-torch",
-            f"memsnap: the CPU route uses PyTorch's private profiler API and was "
-            f"tested with torch {', '.join(TESTED_TORCH)}; this is torch {version}. If its "
-            "figures look wrong, record on an accelerator or report it.",
-        )
 
 
 class CpuBackend(Backend):
@@ -148,8 +105,8 @@ class CpuBackend(Backend):
 
     @classmethod
     def for_device(cls, device: str) -> CpuBackend:
-        _refuse_if_too_old()
-        _warn_if_untested()
+        refuse_if_too_old()
+        warn_if_untested()
         return cls()
 
     def configure(self, options: Options) -> None:
@@ -203,7 +160,7 @@ class CpuBackend(Backend):
         self._died, self._dying = {}, _when_freed(found, self._died_into)
         self._live_start = {**hidden, **walked}  # a storage found at a carried address is what lives there
         frames = {p: f for p, f in self._carried_frames.items() if self._live_start.get(p) == self._carried.get(p)}
-        stacks = self._stacks and not _profile_hook_on()
+        stacks = self._stacks and not profile_hook_on()
         self._history = History(self._max_entries, self._live_start, frames=stacks, start_frames=frames)
         self._profiler.start(stacks=stacks)
         self._open = True
@@ -228,7 +185,7 @@ class CpuBackend(Backend):
                 before = self._history.count
                 self._history.add(events, held=self._profiler.spent)
                 self._profiler.events_read += self._history.count - before
-                _warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
+                warn_if_huge(self._history.count, stacks=self._history.stacks is not None)
         found: dict[int, Any] = {}
         roots, self._also = self._roots(), None
         walked = live_storages(roots, storages=found) if roots is not None else {}
@@ -372,36 +329,3 @@ class CpuBackend(Backend):
             found: dict[int, Any] = {}
             live_storages(names, storages=found)
             self._watch.see(found, self._carried)
-
-
-HUGE = 1_000_000  # allocation events in one interval past which PyTorch's profiler holds GBs
-
-
-STACKS_HINT = 100_000  # allocation events past which the Python tracer's cost is worth a word
-
-
-def _warn_if_huge(events: int, stacks: bool) -> None:
-    if stacks and events > STACKS_HINT:
-        warn_once(
-            "cpu-stacks",
-            f"memsnap: this interval made {events:,} CPU allocation events. On loops of small tensors the "
-            "Python tracer that gives allocations their stacks costs about as much again as the profiler "
-            "itself; context=none records without it (no stacks).",
-        )
-    if events > HUGE:
-        warn_once(
-            "cpu-huge",
-            f"memsnap: this interval made {events:,} CPU allocation events; PyTorch's profiler keeps about "
-            f"2 KB of each (~{events * 2 / 1e6:.1f} GB here) until the interval ends. For long loops of small "
-            "tensors record a few steps (steps=1,5,10 with mark(step)) or record on an accelerator.",
-        )
-
-
-TAKEN_OVER = (
-    "a torch.profiler started inside took over the CPU route's profiler session, so its allocations "
-    "are not in this step (profile outside %%memsnap, or record on an accelerator)"
-)
-PROFILER_REFUSED = (
-    "a profiler started inside could not start: the CPU route's profiler session runs through the "
-    "cell and PyTorch allows one a thread (profile outside %%memsnap, or record on an accelerator)"
-)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import chain, compress
-from operator import attrgetter, countOf, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
-import numpy as np
-
 from ....core.nogc import no_gc
-from ....files.compact import Compact, expand
+from ....files.compact import expand
 from ....files.layout import MARK_KEY
+from .entries import freed, newest_entries, no_frames, segment, silent_frees
 from .events import columns, other_devices_may_allocate
 from .frames import Stacks
 
@@ -170,7 +169,7 @@ class History:
         # keeps its newest part, like PyTorch's ring).
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
-        before, gone_earlier = _silent_frees(pending, self.window, window_start, died or {})
+        before, gone_earlier = silent_frees(pending, self.window, window_start, died or {})
         for ptr in gone_earlier:
             del pending[ptr]
         # A start block's reported free can carry a stale size (the allocator's table remembers the
@@ -228,7 +227,7 @@ class History:
                 if before and index in before:
                     for gone, gone_size, gone_us in before.pop(index):
                         del pending[gone]
-                        add(_freed(gone, gone_size, gone_us, mark, start_frames.get(gone)))
+                        add(freed(gone, gone_size, gone_us, mark, start_frames.get(gone)))
                 if size > 0:
                     made_in = stacks.get(index) if stacks else None
                     if made_in is None:
@@ -253,15 +252,15 @@ class History:
                     if known and first:
                         size = known.pop(ptr, size)
                     freed_from = opened.pop(ptr, None) or (start_frames.get(ptr) if first else None)
-                    add(_freed(ptr, size, t_us, mark, freed_from))
+                    add(freed(ptr, size, t_us, mark, freed_from))
         for gone, gone_size, gone_us in chain.from_iterable(before.values()):  # after the last event
             del pending[gone]
-            trace.append(_freed(gone, gone_size, gone_us, mark, self._start_frames(gone)))
+            trace.append(freed(gone, gone_size, gone_us, mark, self._start_frames(gone)))
         # neither reused nor seen dying: freed at the end, at the latest (the peak counts them: a bound)
         self.freed_unseen = sum(pending.values())
         for ptr, size in pending.items():
-            trace.append(_freed(ptr, size, end_us, mark, self._start_frames(ptr)))
-        kept = _newest(trace, max_entries, segment_events)
+            trace.append(freed(ptr, size, end_us, mark, self._start_frames(ptr)))
+        kept = newest_entries(trace, max_entries, segment_events)
         kept.marked = len(kept) if mark is not None else 0
         blocks = {p: s for p, s in t.last.items() if s > 0}
         carried = set()
@@ -269,122 +268,14 @@ class History:
             if ptr in live_end and ptr not in t.last:
                 blocks[ptr] = size
                 carried.add(ptr)
-        block_frames = self.stacks.block_frames if self.stacks is not None else _no_frames
+        block_frames = self.stacks.block_frames if self.stacks is not None else no_frames
         return {
             "segments": [
-                _segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
+                segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
             ],
             "device_traces": [kept if compact else expand(kept)],
             "allocator_settings": {},
         }
-
-
-def _silent_frees(
-    blocks: dict[int, int], window: deque[tuple[int, int, int]], window_start: int, died: dict[int, int]
-) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
-    """Where the unreported free of each of ``blocks`` (live before the interval, allocated while
-    nothing recorded) goes: ``{event index: [(address, bytes, time_us), ...]}``, each placed just
-    before that event (an index past the window: after its last event), and the blocks freed
-    before a window that dropped older events. A block's free is at the latest the first
-    allocation reusing any of its bytes (two live blocks never overlap), and exactly when its
-    storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
-    if not blocks:
-        return {}, set()
-    events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
-    times = events[:, 0]
-    allocs = np.flatnonzero(events[:, 2] > 0)
-    q, m = events[allocs, 1], events[allocs, 2]
-    ptrs = sorted(blocks)
-    starts = np.array(ptrs, dtype=np.int64)
-    ends = starts + np.array([blocks[p] for p in ptrs], dtype=np.int64)
-    never = np.iinfo(np.int64).max
-    first = np.full(len(starts), never)
-    last = np.searchsorted(starts, q + m, side="left") - 1  # the last block starting before each allocation ends
-    for back in range(len(starts)):  # an allocation spanning several freed blocks reuses each
-        cand = last - back
-        hit = cand >= 0
-        hit[hit] &= ends[cand[hit]] > q[hit]
-        if not hit.any():
-            break
-        np.minimum.at(first, cand[hit], allocs[hit])
-    placed: dict[int, list[tuple[int, int, int]]] = {}
-    before_window: set[int] = set()
-    for i, ptr in enumerate(ptrs):
-        reused = int(first[i])
-        at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
-        death = died.get(ptr)
-        if death is not None:
-            index = int(np.searchsorted(times, death, side="right"))
-            if index == 0 and window_start > 0:  # freed before the window's first event
-                before_window.add(ptr)
-                continue
-            if index <= at:
-                at, t_ns = index, death
-        if t_ns is not None:
-            placed.setdefault(at + window_start, []).append((ptr, blocks[ptr], t_ns // 1000))
-    return placed, before_window
-
-
-def _freed(
-    ptr: int, size: int, t_us: int, mark: str | None = None, frames: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
-    if frames:
-        entry["frames"] = frames
-    if mark is not None:
-        entry[MARK_KEY] = mark
-    return entry
-
-
-def _newest(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
-    """The block entries whose groups (an allocation: ``segment_alloc``, ``alloc``; a free:
-    ``free_requested``, ``free_completed``, ``segment_free``; without ``segments`` none of the
-    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``.
-    A group the cut runs through keeps its newer entries: where that leaves a free's
-    ``segment_free`` alone, it is in the list itself."""
-    alloc_group, free_group = (2, 3) if segments else (1, 2)
-    total = free_group * len(trace) - (free_group - alloc_group) * countOf(map(_ACTION, trace), "alloc")
-    first, cut = 0, max(total - max_entries, 0)
-    while cut and first < len(trace):  # groups wholly older than the window
-        size = alloc_group if trace[first]["action"] == "alloc" else free_group
-        if cut < size:
-            break
-        cut -= size
-        first += 1
-    kept = Compact(trace[first:])
-    kept.segments = segments
-    kept.companions = total - max(total - max_entries, 0) - len(kept)
-    if cut:
-        head = kept[0]
-        if segments and head["action"] == "free_completed" and cut == 2:  # its segment_free alone
-            kept[0] = {**head, "action": "segment_free"}
-        else:
-            kept.cut_first = True
-    return kept
-
-
-def _no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
-    return []
-
-
-def _segment(ptr: int, size: int, frames: list[dict[str, Any]]) -> dict[str, Any]:
-    """One segment per live CPU block: the CPU allocator has no segments of its own."""
-    return {
-        "device": 0,
-        "address": ptr,
-        "total_size": size,
-        "allocated_size": size,
-        "active_size": size,
-        "requested_size": size,
-        "stream": 0,
-        "segment_type": "large",
-        "segment_pool_id": (0, 0),
-        "is_expandable": False,
-        "frames": frames,
-        "blocks": [
-            {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
-        ],
-    }
 
 
 def build_snapshot(

@@ -1,0 +1,124 @@
+"""The parts of a CPU snapshot the history builds from its events: where each unreported free
+goes, the ring's newest entries (with the groups that hold them), and one segment per live block
+(the CPU allocator has no segments of its own)."""
+
+from __future__ import annotations
+
+from collections import deque
+from operator import countOf, itemgetter
+from typing import Any
+
+import numpy as np
+
+from ....files.compact import Compact
+from ....files.layout import MARK_KEY
+
+_ACTION = itemgetter("action")
+
+
+def silent_frees(
+    blocks: dict[int, int], window: deque[tuple[int, int, int]], window_start: int, died: dict[int, int]
+) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
+    """Where the unreported free of each of ``blocks`` (live before the interval, allocated while
+    nothing recorded) goes: ``{event index: [(address, bytes, time_us), ...]}``, each placed just
+    before that event (an index past the window: after its last event), and the blocks freed
+    before a window that dropped older events. A block's free is at the latest the first
+    allocation reusing any of its bytes (two live blocks never overlap), and exactly when its
+    storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
+    if not blocks:
+        return {}, set()
+    events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
+    times = events[:, 0]
+    allocs = np.flatnonzero(events[:, 2] > 0)
+    q, m = events[allocs, 1], events[allocs, 2]
+    ptrs = sorted(blocks)
+    starts = np.array(ptrs, dtype=np.int64)
+    ends = starts + np.array([blocks[p] for p in ptrs], dtype=np.int64)
+    never = np.iinfo(np.int64).max
+    first = np.full(len(starts), never)
+    last = np.searchsorted(starts, q + m, side="left") - 1  # the last block starting before each allocation ends
+    for back in range(len(starts)):  # an allocation spanning several freed blocks reuses each
+        cand = last - back
+        hit = cand >= 0
+        hit[hit] &= ends[cand[hit]] > q[hit]
+        if not hit.any():
+            break
+        np.minimum.at(first, cand[hit], allocs[hit])
+    placed: dict[int, list[tuple[int, int, int]]] = {}
+    before_window: set[int] = set()
+    for i, ptr in enumerate(ptrs):
+        reused = int(first[i])
+        at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
+        death = died.get(ptr)
+        if death is not None:
+            index = int(np.searchsorted(times, death, side="right"))
+            if index == 0 and window_start > 0:  # freed before the window's first event
+                before_window.add(ptr)
+                continue
+            if index <= at:
+                at, t_ns = index, death
+        if t_ns is not None:
+            placed.setdefault(at + window_start, []).append((ptr, blocks[ptr], t_ns // 1000))
+    return placed, before_window
+
+
+def freed(
+    ptr: int, size: int, t_us: int, mark: str | None = None, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"action": "free_completed", "addr": ptr, "size": size, "stream": 0, "time_us": t_us}
+    if frames:
+        entry["frames"] = frames
+    if mark is not None:
+        entry[MARK_KEY] = mark
+    return entry
+
+
+def newest_entries(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
+    """The block entries whose groups (an allocation: ``segment_alloc``, ``alloc``; a free:
+    ``free_requested``, ``free_completed``, ``segment_free``; without ``segments`` none of the
+    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``.
+    A group the cut runs through keeps its newer entries: where that leaves a free's
+    ``segment_free`` alone, it is in the list itself."""
+    alloc_group, free_group = (2, 3) if segments else (1, 2)
+    total = free_group * len(trace) - (free_group - alloc_group) * countOf(map(_ACTION, trace), "alloc")
+    first, cut = 0, max(total - max_entries, 0)
+    while cut and first < len(trace):  # groups wholly older than the window
+        size = alloc_group if trace[first]["action"] == "alloc" else free_group
+        if cut < size:
+            break
+        cut -= size
+        first += 1
+    kept = Compact(trace[first:])
+    kept.segments = segments
+    kept.companions = total - max(total - max_entries, 0) - len(kept)
+    if cut:
+        head = kept[0]
+        if segments and head["action"] == "free_completed" and cut == 2:  # its segment_free alone
+            kept[0] = {**head, "action": "segment_free"}
+        else:
+            kept.cut_first = True
+    return kept
+
+
+def no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:
+    return []
+
+
+def segment(ptr: int, size: int, frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """One segment per live CPU block: the CPU allocator has no segments of its own."""
+    return {
+        "device": 0,
+        "address": ptr,
+        "total_size": size,
+        "allocated_size": size,
+        "active_size": size,
+        "requested_size": size,
+        "stream": 0,
+        "segment_type": "large",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        "frames": frames,
+        "blocks": [
+            {"address": ptr, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
+        ],
+    }
