@@ -9,9 +9,9 @@ it (a snapshot rewritten under the same name is read again). Summary files are u
 like snapshots: one that is malformed (``summary_fields`` checks each field) is ignored with one
 warning and the snapshot read instead.
 
-The format (``VERSION`` 5), one JSON object::
+The format (``VERSION`` 6), one JSON object::
 
-    {"format": "memsnap-summary", "version": 5,
+    {"format": "memsnap-summary", "version": 6,
      "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,
@@ -52,7 +52,7 @@ from .snapshot import write_atomically
 from .summary_fields import BYTES, FIELDS, list_of, pair
 
 FORMAT = "memsnap-summary"
-VERSION = 5
+VERSION = 6  # 6: meta holds scale (the sizes a step was recorded at)
 SUFFIX = ".summary.json"
 MAX_BYTES = 8 << 20  # a summary is tens of KB; anything this large is not one of ours
 _POINTS = 1 << 14  # timeline points a summary may hold (decimation keeps ~2,000)

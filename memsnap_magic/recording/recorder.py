@@ -650,6 +650,7 @@ class Recorder:
             incomplete=backend.incomplete or (self._quietly(backend.incomplete_because, error) if error else None),
             freed_unseen=backend.freed_unseen or None,
             run=o.run,
+            scale=dict(o.scale) if o.scale is not None else None,
             usage_start=self._usage,
             usage_end=usage,
         )

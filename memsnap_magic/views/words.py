@@ -3,12 +3,18 @@ ranges, counted nouns."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..core.names import number_list
 from ..core.units import fmt_bytes
 
-__all__ = ["count_of", "fmt_bytes", "number_list", "step_list"]  # number_list, fmt_bytes: said below views too
+__all__ = [
+    "count_of",
+    "fmt_bytes",
+    "number_list",
+    "scale_text",
+    "step_list",
+]  # number_list, fmt_bytes: said below views too
 
 
 def step_list(steps: Sequence[int]) -> str:
@@ -23,3 +29,8 @@ def step_list(steps: Sequence[int]) -> str:
 def count_of(n: int, noun: str) -> str:
     """``1 step``, ``3 steps``."""
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def scale_text(scale: Mapping[str, int] | None) -> str:
+    """The sizes a step ran at as ``scale=`` takes them: ``batch:8,seq:128`` (none: empty)."""
+    return ",".join(f"{name}:{size}" for name, size in (scale or {}).items())
