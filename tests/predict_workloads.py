@@ -2,8 +2,8 @@
 
 Run as ``python predict_workloads.py WORKLOAD SIZE OUT [DEVICE]``: builds the workload's model (same
 seed at every size) on DEVICE (default ``cpu``), runs one warm-up step (so AdamW's state exists),
-then records one step with ``memsnap_magic.Recorder(step=1, device=DEVICE, out=OUT)``, and prints
-the written file's path.
+then records one step with ``memsnap_magic.Recorder(step=1, device=DEVICE, out=OUT,
+scale={DIMS[WORKLOAD]: SIZE})``, and prints the written file's path.
 Each size runs in its own process, as a user recording sizes in separate runs would.
 """
 
@@ -158,6 +158,14 @@ WORKLOADS = {
     "lstm": lstm,
 }
 
+# the dimension each workload's size is: what its files' scale names
+DIMS = {
+    "mlp": "batch",
+    "branch": "batch",
+    "conv": "side",
+    **dict.fromkeys(("transformer", "encoder", "encoder24", "lstm"), "seq"),
+}
+
 
 def main() -> None:
     name, size, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
@@ -169,7 +177,10 @@ def main() -> None:
     torch.set_num_threads(1)
     step, names = WORKLOADS[name](size)
     step()  # warm-up: the optimizer's state exists from here on
-    with Recorder(step=1, device=device, out=str(out), wait=True, namespace=names, model="model", optimizer="opt"):
+    scale = {DIMS[name]: size}
+    with Recorder(
+        step=1, device=device, out=str(out), wait=True, namespace=names, model="model", optimizer="opt", scale=scale
+    ):
         step()
     wait_for_writes()
     print(next(out.rglob("*.pickle")))

@@ -11,6 +11,7 @@ truth is ``summarize`` of the synthetic step generated at the target size.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import re
 import subprocess
@@ -25,7 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import memsnap_magic
 from memsnap_magic import load_snapshot, summarize
+from memsnap_magic.files.layout import SCALE_RESERVED
+from memsnap_magic.results.intervals import Interval
 from memsnap_magic.results.prediction import PredictionRefused, auto_capacity, parse_capacity, predict
 from memsnap_magic.results.prediction_words import law_words
 
@@ -163,14 +167,89 @@ def test_cells_of_a_notebook_recorded_as_runs(shell: Any, tmp_path: Path) -> Non
         "train(2)\n"
     )
     assert shell.run_cell(setup).success
-    for batch in (2, 4, 8, 32):
-        cell = f"%%memsnap step=1 device=cpu run=b{batch} out={tmp_path} wait=true\ntrain({batch})"
+    for batch in (2, 4, 8, 32):  # the size to check against recorded without scale=: predict leaves it out
+        scale = f"scale=batch:{batch}" if batch < 32 else ""
+        cell = f"%%memsnap step=1 device=cpu run=b{batch} {scale} out={tmp_path} wait=true\ntrain({batch})"
         assert shell.run_cell(cell).success
     files = {b: next((tmp_path / f"b{b}").rglob("*.pickle")) for b in (2, 4, 8, 32)}
     p = predict([(files[b], {"batch": b}) for b in (2, 4, 8)], at={"batch": 32})
     truth = summarize(load_snapshot(files[32])).peak_allocated
     assert p.unaligned_bytes == 0 and p.peak_allocated == truth
     assert any("cell" in g.site for g in p.growth)  # the recorded cell's own frames name a site
+    # the session's runs, as recorded: sizes from scale=, nothing given but the size asked for
+    from_session = memsnap_magic.predict(batch=32)
+    assert from_session.peak_allocated == truth and from_session.recorded == p.recorded
+    assert memsnap_magic.predict(at={"batch": 32}, run=["b2", "b4", "b8"]).peak_allocated == truth
+    with pytest.raises(ValueError, match=r"step 1 has 2 recorded size\(s\) of 'batch'; three or more"):
+        memsnap_magic.predict(batch=32, run=["b2", "b4"])
+    with pytest.raises(ValueError, match=r"no run 'b16' in this session \(runs: 'b2', 'b32', 'b4', 'b8'\)"):
+        memsnap_magic.predict(batch=32, run=["b2", "b16"])
+    with pytest.raises(ValueError, match=r"no step of this session was recorded with a 'seq' size.*scale=seq:N"):
+        memsnap_magic.predict(seq=512)
+
+
+def test_files_recorded_with_a_scale_need_no_sizes_given(recorded: dict[tuple[str, int], Path]) -> None:
+    paths = [recorded["mlp", s] for s in (2, 4, 8)]
+    by_meta = memsnap_magic.predict(paths, batch=64)
+    by_pairs = predict([(p, {"batch": s}) for p, s in zip(paths, (2, 4, 8))], at={"batch": 64})
+    assert by_meta.peak_allocated == by_pairs.peak_allocated == _truth(recorded, "mlp", 64)
+    with pytest.raises(ValueError, match=r"step 1 has 2 recorded size\(s\) of 'batch'; three or more"):
+        memsnap_magic.predict(paths[:2], batch=64)
+    with pytest.raises(ValueError, match=r"a recording has no 'seq' in its scale \{'batch': 2\}"):
+        memsnap_magic.predict(paths, seq=64)
+    with pytest.raises(ValueError, match="differ in more than 'batch'"):  # one dimension at a time
+        memsnap_magic.predict([*paths[:2], (paths[2], {"batch": 8, "seq": 4})], batch=64)
+
+
+@pytest.mark.parametrize(
+    "asked, words",
+    [
+        ({}, "give the size to predict at, as batch=64"),
+        ({"at": {"batch": 8}, "batch": 8}, "not both"),
+        ({"batch": 8, "seq": 2}, "one dimension at a time"),
+        ({"at": {}}, "give the size to predict at"),
+        ({"batch": 0}, "batch=0 is no size: give a number above 0"),
+        ({"batch": -3}, "batch=-3 is no size"),
+        ({"batch": True}, "batch=True is no size"),
+        ({"batch": "64"}, "batch='64' is no size"),
+        ({"batch": float("nan")}, "batch=nan is no size"),
+        ({"batch": float("inf")}, "give a finite number"),
+        ({"batch": 64, "capacity": "lots"}, "capacity: 'lots': give bytes: a number with an optional unit"),
+        ({"batch": 64, "capacity": -1}, "capacity: -1: a size is 0 or more"),
+        ({"batch": 64, "run": 5}, "run= is a run's name or a list of names"),
+    ],
+)
+def test_what_is_asked_is_checked_before_any_file_is_read(tmp_path: Path, asked: dict[str, Any], words: str) -> None:
+    missing = [tmp_path / f"b{b}.pickle" for b in (2, 4, 8)]  # never opened: the question is wrong first
+    with pytest.raises(ValueError) as info:
+        memsnap_magic.predict(missing, **asked)
+    assert words in str(info.value) and str(info.value).startswith(("predict: ", "capacity: "))
+
+
+def test_what_predict_reads_from_is_checked() -> None:
+    with pytest.raises(ValueError, match="no step of this session was recorded with a 'batch' size"):
+        memsnap_magic.predict(batch=64)  # an empty session
+    with pytest.raises(ValueError, match=r"recorded= is a session, or a list of .* not str"):
+        memsnap_magic.predict("memsnap/b2/step1/x.pickle", batch=64)
+    unwritten = [
+        Interval(step=1, rank=0, device="cpu", path=None, baseline_allocated=0, peak_allocated=0, end_allocated=0,
+                 trace_entries=0, run=f"b{b}", scale={"batch": b})
+        for b in (2, 4, 8)
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="step 1 of b2 has no file"):
+        memsnap_magic.predict(unwritten, batch=64)
+
+
+def test_predict_is_the_packages_function_and_its_keywords_are_the_reserved_names() -> None:
+    import importlib
+
+    for name in ("results.prediction", "results.prediction_words", "views.prediction"):
+        importlib.import_module(f"memsnap_magic.{name}")
+    assert importlib.util.find_spec("memsnap_magic.predict") is None  # no module that an import would bind there
+    assert memsnap_magic.predict is memsnap_magic.views.prediction.predict and callable(memsnap_magic.predict)
+    assert memsnap_magic.PredictionRefused.__mro__[1] is ValueError
+    keywords = inspect.signature(memsnap_magic.predict).parameters.values()
+    assert tuple(p.name for p in keywords if p.kind is not p.VAR_KEYWORD) == SCALE_RESERVED
 
 
 # --------------------------------------------------------------------------- synthetic steps

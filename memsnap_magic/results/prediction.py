@@ -15,18 +15,21 @@ that name sites and laws (``prediction_words``, which also words a refusal).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..core.names import run_label
 from ..core.nogc import no_gc
+from ..core.units import parse_bytes
 from ..files.snapshot import load_snapshot
+from .intervals import Interval
 from .prediction_align import Interner, Recording, read_recording
 from .prediction_model import BEFORE, Replay, StepModel
 from .prediction_words import PredictionRefused, check_aligned, law_words, site_name
+from .session import Session
 
 __all__ = ["Growth", "PeakMoment", "Prediction", "PredictionRefused", "auto_capacity", "parse_capacity", "predict"]
 
@@ -145,59 +148,146 @@ def auto_capacity(metas: Iterable[Mapping[str, Any]]) -> tuple[int, str] | None:
 
 
 def parse_capacity(capacity: int | str) -> int:
-    """Bytes from ``80GiB``, ``80 GB``, ``512MiB`` or a whole number of bytes."""
-    if isinstance(capacity, (int, np.integer)) and not isinstance(capacity, bool):
-        return int(capacity)
-    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*", str(capacity), re.IGNORECASE)
-    if not found:
-        raise ValueError(f"capacity: bytes or a size such as '80GiB', not {capacity!r}")
-    unit = (found.group(2) or "B").upper()
-    power = " KMGT".index(unit[0]) if unit != "B" else 0
-    return int(float(found.group(1)) * (1024 if "I" in unit else 1000) ** power)
+    """Bytes from ``80GiB``, ``80 GB``, ``512MiB`` or a whole number of bytes (``core.units``)."""
+    if isinstance(capacity, np.integer):
+        capacity = int(capacity)
+    try:
+        return parse_bytes(capacity)
+    except ValueError as e:
+        raise ValueError(f"capacity: {e}") from None
 
 
 def predict(
-    recorded: Iterable[Any],
-    at: Mapping[str, float],
+    recorded: Session | Iterable[Any],
+    at: Mapping[str, float] | None = None,
     capacity: int | str | None = None,
     *,
+    run: str | Iterable[str] | None = None,
     steps: Iterable[Any] | None = None,
     device: int | None = None,
     rounding: int | None = None,
+    **sizes: float,
 ) -> Prediction:
-    """Predict the peak of the recorded step(s) at ``at`` (one dimension: ``{"batch": 64}``).
+    """Predict the peak of the recorded step(s) at one size of one dimension: ``batch=64`` (or
+    ``at={"batch": 64}``).
 
-    ``recorded``: ``(snapshot, scale)`` pairs, a snapshot a dict or a file's path and its scale a
-    mapping such as ``{"batch": 8}``; or snapshots whose ``memsnap`` metadata holds ``scale``. Scale
-    keys other than the dimension must agree. Several steps (``memsnap`` metadata's ``step``) are
-    predicted apart, the highest peak wins; ``steps`` keeps only those. ``device``: the trace read
-    (default: the first with entries, as ``summarize``). ``rounding``: the allocator's block
-    granularity for ``peak_blocks`` (default 512 B off the CPU, none on it). ``capacity``: bytes,
-    a size such as ``"80GiB"``, or ``"auto"`` (``auto_capacity``); ``largest()`` and ``fits`` use it.
+    ``recorded``: a ``Session`` (its intervals whose ``scale`` names the dimension), intervals
+    (``iv.path`` read, at ``iv.scale``), ``(snapshot, scale)`` pairs (a snapshot a dict or a file's
+    path, its scale a mapping such as ``{"batch": 8}``), or snapshots whose ``memsnap`` metadata
+    holds ``scale`` (``scale=batch:8``). Scale keys other than the dimension must agree. ``run``:
+    only the intervals (or snapshots) of this run, or these runs. Several steps are predicted
+    apart, the highest peak wins; ``steps`` keeps only those. ``device``: the trace read (default:
+    the first with entries, as ``summarize``). ``rounding``: the allocator's block granularity for
+    ``peak_blocks`` (default 512 B off the CPU, none on it). ``capacity``: bytes, a size such as
+    ``"80GiB"``, or ``"auto"`` (``auto_capacity``); ``largest()`` and ``fits`` use it.
+    ``ValueError`` for what cannot be predicted from (``PredictionRefused``: a step that differs
+    between the sizes where it matters).
     """
+    dim, target = _target(at, sizes)
+    if capacity is not None and capacity != "auto":
+        parse_capacity(capacity)  # refused before any file is read
+    pairs = _pairs(recorded, dim, _runs(run), None if steps is None else set(steps))
     with no_gc():  # the files' millions of containers: a collection would walk them and free nothing
-        return _predict(recorded, at, capacity, steps, device, rounding)
+        return _predict(pairs, dim, target, capacity, steps, device, rounding)
+
+
+def _target(at: Mapping[str, float] | None, sizes: Mapping[str, float]) -> tuple[str, float]:
+    """The one dimension and size asked for, from ``at`` or the keywords."""
+    if at is not None and sizes:
+        raise ValueError(f"predict: give the size as at={{...}} or as {next(iter(sizes))}=..., not both")
+    asked = dict(at if at is not None else sizes)
+    if not asked:
+        raise ValueError("predict: give the size to predict at, as batch=64 (or at={'batch': 64})")
+    if len(asked) != 1:
+        raise ValueError(f"predict: one dimension at a time, as at={{'batch': 64}}; got {asked!r}")
+    ((dim, target),) = asked.items()
+    if not isinstance(dim, str) or not dim:
+        raise ValueError(f"predict: a dimension is named by a string, not {dim!r}")
+    if isinstance(target, bool) or not isinstance(target, (int, float, np.integer, np.floating)) or not target > 0:
+        raise ValueError(f"predict: {dim}={target!r} is no size: give a number above 0")
+    if target == float("inf"):
+        raise ValueError(f"predict: {dim}={target!r} is no size: give a finite number")
+    return dim, float(target) if isinstance(target, (float, np.floating)) else int(target)
+
+
+def _runs(run: str | Iterable[str] | None) -> set[str] | None:
+    if run is None:
+        return None
+    runs = {run} if isinstance(run, str) else set(run) if isinstance(run, Iterable) else set()
+    if not runs or not all(isinstance(r, str) for r in runs):
+        raise ValueError(f"predict: run= is a run's name or a list of names, not {run!r}")
+    return runs
+
+
+def _pairs(
+    recorded: Session | Iterable[Any], dim: str, runs: set[str] | None, steps: set[Any] | None
+) -> Iterator[tuple[Any, Mapping[str, Any] | None]]:
+    """``(snapshot or path, scale or None)`` for each recording asked for; a session's intervals
+    without the dimension in their scale are left out (cells recorded for something else)."""
+    if isinstance(recorded, Session):
+        known = {iv.run for iv in recorded.intervals}
+        if runs is not None and not runs <= known:
+            missing = ", ".join(sorted(map(repr, runs - known)))
+            raise ValueError(f"predict: no run {missing} in this session (runs: {_run_names(known)})")
+        chosen = [iv for iv in recorded.intervals if iv.scale and dim in iv.scale]
+        if not chosen:
+            raise ValueError(
+                f"predict: no step of this session was recorded with a {dim!r} size: record each size "
+                f"with scale={dim}:N (%%memsnap run=b8 scale={dim}:8), or give the files"
+            )
+        items: Iterable[Any] = chosen
+    else:
+        if isinstance(recorded, (str, bytes, Mapping)) or not isinstance(recorded, Iterable):
+            raise ValueError(
+                "predict: recorded= is a session, or a list of intervals, files or (snapshot, scale) pairs, "
+                f"not {type(recorded).__name__}"
+            )
+        items = recorded
+    for item in items:
+        if isinstance(item, Interval):
+            if (runs is not None and item.run not in runs) or (steps is not None and item.step not in steps):
+                continue
+            if item.path is None:
+                raise ValueError(f"predict: step {item.step} of {run_label(item.run)} has no file (it was not written)")
+            yield item.path, item.scale
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Mapping):
+            yield _of_run(item[0], runs), item[1]
+        else:
+            yield _of_run(item, runs), None
+
+
+def _of_run(snap: Any, runs: set[str] | None) -> Any:
+    """The snapshot (loaded), or None where it belongs to none of ``runs``."""
+    if runs is None:
+        return snap
+    if not isinstance(snap, Mapping):
+        snap = load_snapshot(snap)
+    return snap if ((snap.get("memsnap") or {}).get("run") or "") in runs else None
+
+
+def _run_names(runs: Iterable[str]) -> str:
+    return ", ".join(repr(r) if r else "'' (this session's own)" for r in sorted(runs)) or "none"
 
 
 def _predict(
-    recorded: Iterable[Any],
-    at: Mapping[str, float],
+    pairs: Iterable[tuple[Any, Mapping[str, Any] | None]],
+    dim: str,
+    target: float,
     capacity: int | str | None,
     steps: Iterable[Any] | None,
     device: int | None,
     rounding: int | None,
 ) -> Prediction:
-    if len(at) != 1:
-        raise ValueError(f"predict: one dimension at a time, as at={{'batch': 64}}; got {dict(at)!r}")
-    ((dim, target),) = at.items()
     wanted = None if steps is None else set(steps)
     names = Interner()
     groups: dict[Any, list[Recording]] = {}
     others: dict[str, Any] | None = None
     cpu = True
     metas: list[Mapping[str, Any]] = []
-    for item in recorded:
-        snap, scale = _source(item)
+    for item, given in pairs:
+        if item is None:  # another run's
+            continue
+        snap, scale = _source(item, given)
         if dim not in scale:
             raise ValueError(f"predict: a recording has no {dim!r} in its scale {dict(scale)!r}")
         rest = {k: v for k, v in scale.items() if k != dim}
@@ -265,19 +355,17 @@ def _whole(meta: Mapping[str, Any], rec: Recording, which: str) -> None:
         raise ValueError(f"predict: {which} was recorded with clear=false, so its file holds earlier steps too")
 
 
-def _source(item: Any) -> tuple[dict[str, Any], Mapping[str, Any]]:
-    """A snapshot dict and its scale from ``(snapshot or path, scale)`` or a snapshot alone."""
-    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Mapping):
-        snap, scale = item
-    else:
-        snap, scale = item, None
-    if not isinstance(snap, Mapping):
-        snap = load_snapshot(snap)
+def _source(item: Any, scale: Mapping[str, Any] | None) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """A snapshot dict (read where it is a path) and its scale: the one given, else its metadata's."""
+    snap = item if isinstance(item, Mapping) else load_snapshot(item)
     if scale is None:
         scale = (snap.get("memsnap") or {}).get("scale")
         if not isinstance(scale, Mapping):
-            raise ValueError("predict: a snapshot without a scale: give (snapshot, {'batch': 8}) pairs")
-    return snap, scale
+            raise ValueError(
+                "predict: a snapshot without a scale: record it with scale=batch:8, "
+                "or give (snapshot, {'batch': 8}) pairs"
+            )
+    return (snap if isinstance(snap, dict) else dict(snap)), scale
 
 
 def _at_peak(model: StepModel, replay: Replay) -> dict[str, dict[str, int]]:

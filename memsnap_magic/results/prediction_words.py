@@ -20,7 +20,7 @@ from .stacks import frame_lines
 ALIGNED_SHARE = 0.99  # below this share of the predicted peak from aligned allocations: refuse
 
 
-class PredictionRefused(Exception):
+class PredictionRefused(ValueError):
     """The step differs between recorded sizes where it matters; ``line`` says where, once."""
 
     def __init__(self, line: str, step: Any = None, site: str = "", what: str = "") -> None:
