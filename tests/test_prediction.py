@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -25,13 +26,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from IPython.core.error import UsageError
 
 import memsnap_magic
 from memsnap_magic import load_snapshot, summarize
+from memsnap_magic.cli import main as cli_main
 from memsnap_magic.files.layout import SCALE_RESERVED
 from memsnap_magic.results.intervals import Interval
 from memsnap_magic.results.prediction import PredictionRefused, auto_capacity, parse_capacity, predict
 from memsnap_magic.results.prediction_words import law_words
+from memsnap_magic.views.words import fmt_bytes
 
 WORKLOADS = Path(__file__).with_name("predict_workloads.py")
 ROOT = WORKLOADS.parent.parent  # the checkout under test, first on the workers' path (not an installed copy)
@@ -184,7 +188,7 @@ def test_cells_of_a_notebook_recorded_as_runs(shell: Any, tmp_path: Path) -> Non
         memsnap_magic.predict(batch=32, run=["b2", "b4"])
     with pytest.raises(ValueError, match=r"no run 'b16' in this session \(runs: 'b2', 'b32', 'b4', 'b8'\)"):
         memsnap_magic.predict(batch=32, run=["b2", "b16"])
-    with pytest.raises(ValueError, match=r"no step of this session was recorded with a 'seq' size.*scale=seq:N"):
+    with pytest.raises(ValueError, match=r"none of the steps read was recorded with a 'seq' size.*scale=seq:N"):
         memsnap_magic.predict(seq=512)
 
 
@@ -227,7 +231,7 @@ def test_what_is_asked_is_checked_before_any_file_is_read(tmp_path: Path, asked:
 
 
 def test_what_predict_reads_from_is_checked() -> None:
-    with pytest.raises(ValueError, match="no step of this session was recorded with a 'batch' size"):
+    with pytest.raises(ValueError, match="none of the steps read was recorded with a 'batch' size"):
         memsnap_magic.predict(batch=64)  # an empty session
     with pytest.raises(ValueError, match=r"recorded= is a session, or a list of .* not str"):
         memsnap_magic.predict("memsnap/b2/step1/x.pickle", batch=64)
@@ -250,6 +254,93 @@ def test_predict_is_the_packages_function_and_its_keywords_are_the_reserved_name
     assert memsnap_magic.PredictionRefused.__mro__[1] is ValueError
     keywords = inspect.signature(memsnap_magic.predict).parameters.values()
     assert tuple(p.name for p in keywords if p.kind is not p.VAR_KEYWORD) == SCALE_RESERVED
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = cli_main(["predict", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_the_cli_predicts_from_files_recorded_with_a_scale(
+    recorded: dict[tuple[str, int], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = _truth(recorded, "mlp", 64)
+    files = [str(recorded["mlp", s]) for s in (2, 4, 8)]
+    status, out, _ = _cli(capsys, *files, "--at", "batch=64")
+    first = out.splitlines()[0]
+    assert status == 0 and f"step 1 at batch=64: peak {fmt_bytes(truth)}" in first
+    assert "from batch=2, 4, 8 (unverified" in first and "no capacity given" in out
+    status, out, _ = _cli(capsys, *files, "--at", "batch=64", "--capacity", f"{truth}B", "--json")
+    record = json.loads(out)
+    assert status == 0 and record["peak_allocated"] == truth and record["capacity"] == truth
+    assert record["fits"] is True and abs(record["largest"] - 64) <= 0.05 * 64
+    assert set(record["recorded"]) == {"2", "4", "8"} and record["unverified"] is True
+    status, out, _ = _cli(capsys, *files, "--at", "batch=64", "--capacity", f"{truth}B")
+    assert f"the largest batch predicted to fit: {record['largest']:,}" in out
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--at", "batch=64"], "step 1 has 2 recorded size(s) of 'batch'; three or more are needed"),
+        (["--at", "batch"], "argument --at: 'batch' is not NAME=SIZE, as batch=64"),
+        (["--at", "run=64"], "argument --at: 'run=64' is not NAME=SIZE"),
+        (["--at", "batch=0"], "'0' is no size"),
+        (["--at", "batch=lots"], "'lots' is no number"),
+        (["--at", "batch=64", "--capacity", "lots"], "argument --capacity: 'lots': give bytes: a number"),
+        ([], "the following arguments are required: --at"),
+        (["--at", "seq=64"], "none of the steps read was recorded with a 'seq' size"),
+    ],
+)
+def test_the_cli_says_what_is_wrong_in_one_line(
+    recorded: dict[tuple[str, int], Path], capsys: pytest.CaptureFixture[str], args: list[str], words: str
+) -> None:
+    files = [str(recorded["mlp", s]) for s in (2, 4)]
+    try:
+        status, out, err = _cli(capsys, *files, *args)
+    except SystemExit as e:  # argparse's own refusals exit from inside
+        status, (out, err) = int(e.code or 0), capsys.readouterr()
+    assert status == 2 and out == "" and words in err and err.count("\n") == 1
+
+
+def test_the_cli_refuses_a_step_that_branches_naming_the_difference(
+    recorded: dict[tuple[str, int], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, *(str(recorded["branch", s]) for s in (2, 4, 8)), "--at", "batch=64")
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("memsnap predict: cannot predict step 1 at batch=64:") and "first difference:" in err
+
+
+def test_the_magic_predicts_from_loaded_runs(
+    shell: Any, recorded: dict[tuple[str, int], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sizes recorded in other processes combine through %memsnap load, each file its own run."""
+    truth = _truth(recorded, "mlp", 64)
+    for s in (2, 4, 8):
+        shell.run_line_magic("memsnap", f"load {recorded['mlp', s]} as=mlp{s}")
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", f"predict batch=64 capacity={truth}B")
+    out = capsys.readouterr().out
+    assert f"step 1 at batch=64: peak {fmt_bytes(truth)}" in out and "the largest batch predicted to fit" in out
+    shell.run_line_magic("memsnap", "predict batch=64 run=mlp2,mlp4,mlp8 steps=1")
+    assert f"peak {fmt_bytes(truth)}" in capsys.readouterr().out
+    for line, words in [
+        ("predict", "give the size to predict at: %memsnap predict NAME=SIZE [capacity=80GiB|auto]"),
+        ("predict batch=64 seq=2", "one size at a time, not batch= and 'seq=2'"),
+        ("predict batch=x", "'x' is no number"),
+        ("predict batch=64 capacity=lots", "capacity: 'lots': give bytes"),
+        ("predict batch=64 capacity=", "capacity= empty"),
+        ("predict batch=64 steps=a", "steps='a': not an integer"),
+        ("predict batch=64 run=mlp2 run=mlp4", "run= given twice"),
+        ("predict batch=64 run=mlp2,nope", "no run 'nope' in this session"),
+        ("predict batch=64 run=mlp2,mlp4", "step 1 has 2 recorded size(s) of 'batch'"),
+        ("predict seq=64", "none of the steps read was recorded with a 'seq' size"),
+    ]:
+        with pytest.raises(UsageError) as info:
+            shell.run_line_magic("memsnap", line)
+        assert str(info.value).startswith("%memsnap predict: ") and words in str(info.value), line
+        assert "\n" not in str(info.value)
 
 
 # --------------------------------------------------------------------------- synthetic steps

@@ -15,6 +15,7 @@ that name sites and laws (``prediction_words``, which also words a refusal).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 from ..core.names import run_label
 from ..core.nogc import no_gc
 from ..core.units import parse_bytes
+from ..files.layout import SCALE_NAME, SCALE_RESERVED
 from ..files.snapshot import load_snapshot
 from .intervals import Interval
 from .prediction_align import Interner, Recording, read_recording
@@ -31,7 +33,16 @@ from .prediction_model import BEFORE, Replay, StepModel
 from .prediction_words import PredictionRefused, check_aligned, law_words, site_name
 from .session import Session
 
-__all__ = ["Growth", "PeakMoment", "Prediction", "PredictionRefused", "auto_capacity", "parse_capacity", "predict"]
+__all__ = [
+    "Growth",
+    "PeakMoment",
+    "Prediction",
+    "PredictionRefused",
+    "auto_capacity",
+    "parse_capacity",
+    "parse_size",
+    "predict",
+]
 
 SEARCH_LIMIT = 1 << 40  # largest(): sizes beyond this count as "nothing grows"
 
@@ -94,6 +105,38 @@ class Prediction:
     def fits(self) -> bool | None:
         """Whether the allocator-level peak fits the capacity given (None: none given)."""
         return None if self.capacity is None else self.peak_blocks <= self.capacity
+
+    def to_record(self) -> dict[str, Any]:
+        """The prediction as JSON takes it (sizes and steps as keys are strings), with the largest
+        size that fits where a capacity was given."""
+        return {
+            "dim": self.dim,
+            "at": self.at,
+            "peak_allocated": self.peak_allocated,
+            "peak_blocks": self.peak_blocks,
+            "step": self.step,
+            "by_step": {str(k): v for k, v in self.by_step.items()},
+            "at_peak": self.at_peak,
+            "when": {
+                "event": self.when.event,
+                "fraction": self.when.fraction,
+                "site": self.when.site,
+                "after_us": self.when.after_us,
+            },
+            "growth": [
+                {"site": g.site, "law": g.law, "bytes_at": g.bytes_at, "bytes_smallest": g.bytes_smallest}
+                for g in self.growth
+            ],
+            "recorded": {f"{k:g}": v for k, v in self.recorded.items()},
+            "unverified": self.unverified,
+            "loo_error": self.loo_error,
+            "loo": {f"{k:g}": v for k, v in self.loo.items()},
+            "unaligned_bytes": self.unaligned_bytes,
+            "capacity": self.capacity,
+            "capacity_from": self.capacity_from,
+            "fits": self.fits,
+            "largest": self.largest() if self.capacity is not None else None,
+        }
 
     def largest(self, capacity: int | str | None = None) -> int | None:
         """The largest whole size of the dimension predicted to fit ``capacity`` (default: the one
@@ -191,6 +234,22 @@ def predict(
         return _predict(pairs, dim, target, capacity, steps, device, rounding)
 
 
+def parse_size(text: str) -> dict[str, float]:
+    """``batch=64`` (the magic's and the CLI's way to ask) as ``{"batch": 64}``; ``ValueError``
+    naming the form allowed."""
+    name, sep, size = text.partition("=")
+    form = "NAME=SIZE, as batch=64 (NAME as recorded with scale=NAME:SIZE, SIZE a number above 0)"
+    if not sep or not re.fullmatch(SCALE_NAME, name) or name in SCALE_RESERVED:
+        raise ValueError(f"predict: {text!r} is not {form}")
+    try:
+        value = float(size) if any(c in size for c in ".eE") else int(size)
+    except ValueError:
+        raise ValueError(f"predict: {text!r}: {size!r} is no number; give {form}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"predict: {text!r}: {size!r} is no size; give {form}")
+    return {name: value}
+
+
 def _target(at: Mapping[str, float] | None, sizes: Mapping[str, float]) -> tuple[str, float]:
     """The one dimension and size asked for, from ``at`` or the keywords."""
     if at is not None and sizes:
@@ -232,8 +291,8 @@ def _pairs(
         chosen = [iv for iv in recorded.intervals if iv.scale and dim in iv.scale]
         if not chosen:
             raise ValueError(
-                f"predict: no step of this session was recorded with a {dim!r} size: record each size "
-                f"with scale={dim}:N (%%memsnap run=b8 scale={dim}:8), or give the files"
+                f"predict: none of the steps read was recorded with a {dim!r} size: record each size "
+                f"with scale={dim}:N (%%memsnap run={dim}8 scale={dim}:8)"
             )
         items: Iterable[Any] = chosen
     else:
