@@ -14,6 +14,8 @@ __all__ = [
     "Dashboard",
     "Interval",
     "Options",
+    "Prediction",
+    "PredictionRefused",
     "Recorder",
     "Session",
     "SnapshotError",
@@ -23,6 +25,7 @@ __all__ = [
     "load_ipython_extension",
     "load_snapshot",
     "mark",
+    "predict",
     "session",
     "summarize",
     "unload_ipython_extension",
@@ -44,6 +47,9 @@ _LAZY = {
     "Options": "recording.options",
     "dashboard": "views.dashboard",
     "Dashboard": "views.dashboard",
+    "predict": "views.prediction",  # no module is named predict: nothing shadows the function
+    "Prediction": "results.prediction",
+    "PredictionRefused": "results.prediction_words",
 }
 
 if TYPE_CHECKING:
@@ -56,8 +62,11 @@ if TYPE_CHECKING:
     from .recording.steps import mark
     from .results.analysis import Summary, summarize
     from .results.intervals import Interval
+    from .results.prediction import Prediction
+    from .results.prediction_words import PredictionRefused
     from .results.session import Session
     from .views.dashboard import Dashboard, dashboard
+    from .views.prediction import predict
 
 
 def __getattr__(name: str) -> Any:

@@ -55,7 +55,7 @@ def pytest_unconfigure(config: Any) -> None:
 def _limits(marker: Any) -> dict[str, Any]:
     """The marker's keywords, read: ``peak`` and ``kept`` in bytes, ``device``; a bad one fails
     the test with one line saying what is allowed."""
-    from .views.gate import parse_bytes
+    from .core.units import parse_bytes
 
     if marker.args:
         pytest.fail(f"{MARKER}: give the limits as keywords (peak=..., kept=...), not {marker.args!r}", pytrace=False)

@@ -584,7 +584,7 @@ def test_line_magic_commands(shell, capsys):
     shell.run_line_magic("memsnap", "list")
     out = capsys.readouterr().out
     assert "step" in out and "cum. peak" in out and "fwd_rank0" in out
-    with pytest.raises(UsageError, match="allowed: show, load, config, list, reset, off"):
+    with pytest.raises(UsageError, match="allowed: show, load, config, list, predict, reset, off"):
         shell.run_line_magic("memsnap", "bogus")
     with pytest.raises(UsageError, match="tag="):
         shell.run_line_magic("memsnap", "config tag=a/b")

@@ -6,6 +6,7 @@
     memsnap plot before=runs/a after=runs/b -o cmp.png   # two runs compared step by step
     memsnap diff step1/x.pickle step5/x.pickle   # what grew between two snapshots, and where
     memsnap check baseline/ new/ --peak 2%       # exit 1 when a step grew past the baseline's (CI)
+    memsnap predict runs/ --at batch=64 --capacity 80GiB   # will it fit? from sizes recorded with scale=
 
 A folder of step folders is a run, named after the folder (or after the run its files were
 recorded into); NAME=PATH names it. Runs are compared, never merged.
@@ -27,9 +28,9 @@ from typing import Any, NoReturn
 
 from ..core.clean import one_line
 from ..core.errors import SnapshotError
-from . import check, diff, plot, summarize
+from . import check, diff, plot, predict, summarize
 
-COMMANDS = (summarize, plot, diff, check)  # each adds its parser (``add``) and runs it (``run``)
+COMMANDS = (summarize, plot, diff, check, predict)  # each adds its parser (``add``) and runs it (``run``)
 
 
 class _Parser(argparse.ArgumentParser):

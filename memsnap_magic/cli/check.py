@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _unicode_all(value: Any) -> Any:
-    """``_unicode`` through lists and dicts."""
+    """``_unicode`` through lists and dicts, keys too (a prediction's sites key its bytes)."""
     if isinstance(value, dict):
-        return {k: _unicode_all(v) for k, v in value.items()}
+        return {_unicode(k): _unicode_all(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unicode_all(v) for v in value]
     return _unicode(value)

@@ -22,6 +22,7 @@ _RECORD_KEYS = (
     "rank",
     "device",
     "tag",
+    "scale",
     "path",
     "baseline_allocated",
     "peak_allocated",

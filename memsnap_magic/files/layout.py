@@ -34,6 +34,11 @@ TAG_PATTERN = r"\w[\w.-]{0,99}"
 # dump's name, its summary's and their temporary names', within the 255 a file name may take
 NAME_BYTES = 180
 MAX_STEP = MAX_INDEX  # steps, ranks and pids beyond this are corruption
+# scale=batch:8,seq:128: the sizes a step was recorded at, which ``predict`` fits against. A name
+# is a keyword of ``predict(batch=64)``, so an identifier, and none of its other keywords
+SCALE_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,31}"
+SCALE_NAMES = 8  # dimensions one file may name
+SCALE_RESERVED = ("recorded", "at", "capacity", "run", "steps", "device", "rounding")
 # ASCII digits only: \d would read step٣ (Arabic-Indic) as step 3
 _STEP = re.compile(r"^step([0-9]{1,10})$")  # ten digits: up to the highest step, 2,147,483,647
 _RANK = re.compile(r"(?:^|_)rank([0-9]{1,9})(?=[_.-]|$)")
@@ -125,12 +130,13 @@ class Meta:
     # bytes of blocks from before recording began whose free no event dates: counted to the end
     freed_unseen: int | None = None
     cells: dict[str, int] | None = None  # the In[N] the kernel gave the cell files its stacks pass through
+    scale: dict[str, int] | None = None  # the sizes it was recorded at (scale=batch:8): name -> size
 
     def to_dict(self) -> dict[str, Any]:
-        # not dataclasses.asdict, which deep-copies every field (~20 µs a cell); the two usage
-        # dicts are the only mutable ones
+        # not dataclasses.asdict, which deep-copies every field (~20 µs a cell); the dicts are
+        # the only mutable ones
         d = {name: getattr(self, name) for name in _META_FIELDS}
-        for key in ("usage_start", "usage_end", "cells"):
+        for key in ("usage_start", "usage_end", "cells", "scale"):
             if d[key] is not None:
                 d[key] = dict(d[key])
         return d
@@ -201,6 +207,22 @@ def _cells(value: Any) -> bool:
     )
 
 
+_SCALE_NAME = re.compile(SCALE_NAME).fullmatch
+
+
+def _scale(value: Any) -> bool:
+    """a dict of 1 to 8 dimension names (identifiers, not a keyword of predict) and sizes of 1 or more"""
+    return (
+        type(value) is dict
+        and 0 < len(value) <= SCALE_NAMES
+        and all(
+            type(k) is str and _SCALE_NAME(k) is not None and k not in SCALE_RESERVED and type(v) is int
+            for k, v in value.items()
+        )
+        and all(0 < v < MAX_STEP for v in value.values())
+    )
+
+
 def _boolean(value: Any) -> bool:
     """true or false"""
     return type(value) is bool
@@ -224,6 +246,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "usage_end": _usage,
     "freed_unseen": _count(1 << 62),
     "cells": _cells,
+    "scale": _scale,
 }
 _META_FIELDS = tuple(f.name for f in fields(Meta))
 

@@ -9,9 +9,9 @@ it (a snapshot rewritten under the same name is read again). Summary files are u
 like snapshots: one that is malformed (``summary_fields`` checks each field) is ignored with one
 warning and the snapshot read instead.
 
-The format (``VERSION`` 5), one JSON object::
+The format (``VERSION`` 6), one JSON object::
 
-    {"format": "memsnap-summary", "version": 5,
+    {"format": "memsnap-summary", "version": 6,
      "snapshot": {"size": <bytes>, "mtime_ns": <int>, "ctime_ns": <int>, "inode": <int>},
      "path": <the snapshot's absolute path; cache entries only>,
      "meta": <the snapshot's memsnap block, every field, null where absent>,

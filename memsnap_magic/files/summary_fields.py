@@ -104,7 +104,7 @@ def _oom(v: Any) -> bool:
 # The digest's plain fields and their checks: one line here declares a per-step fact a snapshot
 # gives (an ``Interval`` field of the same name, computed by ``results.intervals.digest``), and
 # every summary written since carries it. ``VERSION`` goes up with any change to this table.
-VERSION = 5
+VERSION = 6  # 6: meta holds scale (the sizes a step was recorded at)
 FIELDS: dict[str, Callable[[Any], bool]] = {
     "device": _check("a device name (cuda:0)")(lambda v: type(v) is str and _DEVICE(v) is not None),
     "baseline_allocated": _check("a byte count")(lambda v: _int(v, -BYTES)),

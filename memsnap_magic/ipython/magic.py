@@ -26,7 +26,7 @@ from ..files.layout import LAYOUT
 from ..files.writer import WRITER, wait_for_writes
 from ..recording import options
 from ..recording.backends import BackendError
-from ..recording.option_values import Tag
+from ..recording.option_values import Steps, Tag
 from ..recording.process_state import STATE
 from ..recording.recorder import Recorder
 from ..recording.steps import mark
@@ -201,6 +201,17 @@ class MemsnapMagics(Magics):
         skipped = [old for old in olds if id(old) not in there]  # a step written twice in the files
         print(loaded_line(loaded, len(olds) - len(skipped), skipped))
 
+    def _predict(self, rest: str) -> None:
+        # here: numpy loads with the first prediction, not at %load_ext
+        from ..views.prediction import predict, prediction_text
+
+        try:
+            asked, chosen = _question(rest)
+            p = predict(at=asked, **chosen)
+        except (SnapshotError, ValueError) as e:  # PredictionRefused too: its one line
+            raise UsageError(f"%memsnap predict: {one_line(str(e).removeprefix('predict: '))}") from None
+        print(prediction_text(p))
+
     def _config(self, rest: str) -> None:
         defaults = STATE.session.defaults
         if rest.strip():
@@ -246,6 +257,11 @@ COMMANDS: dict[str, Command] = {
         MemsnapMagics._config, "config key=value ...", "session defaults for the options below (key= unsets one)"
     ),
     "list": Command(MemsnapMagics._list, "list", "table of the recorded intervals"),
+    "predict": Command(
+        MemsnapMagics._predict,
+        "predict NAME=SIZE ...",
+        "will it fit? the peak at another size, from runs recorded with scale= (capacity=, run=, steps=)",
+    ),
     "reset": Command(
         MemsnapMagics._reset, "reset", "forget the intervals and stop recording (files stay; steps go on counting)"
     ),
@@ -272,6 +288,36 @@ def _docstring() -> str:
 
 
 MemsnapMagics.memsnap.__doc__ = _docstring()
+
+
+_PREDICT = "%memsnap predict NAME=SIZE [capacity=80GiB|auto] [run=A,B,...] [steps=1,5]"
+
+
+def _question(rest: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """``%memsnap predict``'s words: the size asked for (``batch=64``) and predict's keywords."""
+    from ..results.prediction import parse_size
+
+    asked: dict[str, float] = {}
+    chosen: dict[str, Any] = {}
+    for token in shlex.split(rest):
+        key, _, value = token.partition("=")
+        if key in ("capacity", "run", "steps"):
+            if key in chosen or not value:
+                raise UsageError(f"%memsnap predict: {key}= {'given twice' if key in chosen else 'empty'}; {_PREDICT}")
+            if key == "steps":
+                try:
+                    chosen[key] = Steps().parse(value)
+                except ValueError as e:
+                    raise UsageError(f"%memsnap predict: steps={value!r}: {e} (comma-separated integers)") from None
+            else:
+                chosen[key] = value.split(",") if key == "run" else value
+        elif asked:
+            raise UsageError(f"%memsnap predict: one size at a time, not {next(iter(asked))}= and {token!r}")
+        else:
+            asked = parse_size(token)
+    if not asked:
+        raise UsageError(f"%memsnap predict: give the size to predict at: {_PREDICT}")
+    return asked, chosen
 
 
 def _expanded(word: str) -> list[str]:

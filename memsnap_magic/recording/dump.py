@@ -149,6 +149,7 @@ def _meta(
         incomplete=backend.incomplete or (rec._quietly(backend.incomplete_because, error) if error else None),
         freed_unseen=backend.freed_unseen or None,
         run=o.run,
+        scale=dict(o.scale) if o.scale is not None else None,
         usage_start=rec._usage,
         usage_end=usage,
     )

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from ..core.devices import KINDS
-from ..files.layout import MAX_STEP, NAME_BYTES, TAG_PATTERN
+from ..files.layout import MAX_STEP, NAME_BYTES, SCALE_NAME, SCALE_NAMES, SCALE_RESERVED, TAG_PATTERN
 
 
 class Value:
@@ -210,3 +210,58 @@ class Name(Value):
         if not isinstance(value, str) or not all(part.isidentifier() for part in value.split(".")):
             raise ValueError("not a Python name (letters, digits, _; dots between names)")
         return value
+
+
+class Scale(Value):
+    """The sizes a step is recorded at, ``batch:8,seq:128``: what ``predict`` fits a step's
+    allocations against. A name is a keyword of ``predict(batch=64)``: an identifier, and none of
+    its own keywords."""
+
+    _allowed = (
+        f"NAME:SIZE[,NAME:SIZE] (at most {SCALE_NAMES}; NAME: letters, digits, _, not first a digit, "
+        f"not {', '.join(SCALE_RESERVED)}; SIZE: an integer from 1 to {MAX_STEP - 1:,})"
+    )
+    _metavar = "NAME:SIZE"
+    _size = Integer(1)
+
+    def parse(self, text: str) -> dict[str, int]:
+        pairs = []
+        for part in text.split(","):
+            name, colon, size = part.strip().partition(":")
+            if not colon:
+                raise ValueError(f"{part.strip()!r} is not NAME:SIZE")
+            pairs.append((self._name(name.strip()), self._sized(name.strip(), self._size.parse, size.strip())))
+        return self._checked(pairs)
+
+    def check(self, value: Any) -> dict[str, int]:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"a mapping of names to sizes ({{'batch': 8}}), not {type(value).__name__}")
+        return self._checked([(self._name(k), self._sized(k, self._size.check, v)) for k, v in value.items()])
+
+    @staticmethod
+    def _name(name: Any) -> str:
+        if not isinstance(name, str) or not re.fullmatch(SCALE_NAME, name):
+            raise ValueError(f"{name!r} is no name (letters, digits, _, not first a digit, at most 32)")
+        if name in SCALE_RESERVED:
+            raise ValueError(f"{name!r} is a keyword of predict(), so it cannot name a dimension")
+        return name
+
+    @staticmethod
+    def _sized(name: str, read: Any, size: Any) -> int:
+        try:
+            value: int = read(size)
+        except ValueError as e:
+            raise ValueError(f"{name}'s size {size!r} is {e}") from None
+        return value
+
+    @staticmethod
+    def _checked(pairs: list[tuple[str, int]]) -> dict[str, int]:
+        if not pairs:
+            raise ValueError("empty")
+        if len(pairs) > SCALE_NAMES:
+            raise ValueError(f"{len(pairs)} names; at most {SCALE_NAMES}")
+        scale = dict(pairs)
+        if len(scale) < len(pairs):
+            twice = next(name for name, _ in pairs if sum(n == name for n, _ in pairs) > 1)
+            raise ValueError(f"{twice!r} given twice")
+        return scale

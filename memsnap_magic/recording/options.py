@@ -19,7 +19,7 @@ from typing import Any
 from ..core import defaults
 from ..core.errors import excerpt
 from ..files.layout import LAYOUT
-from .option_values import Boolean, Choice, Choices, Device, Folder, Integer, Name, Steps, Tag, Value
+from .option_values import Boolean, Choice, Choices, Device, Folder, Integer, Name, Scale, Steps, Tag, Value
 
 
 class OptionError(ValueError):
@@ -63,6 +63,13 @@ class Options:
         "Record into a named run (a before/after comparison): its files go to <out>/<run>/step<N>/, "
         "its steps replace only its own, and the dashboard compares runs step by step.",
         "run=fixed",
+    )
+    scale: Mapping[str, int] | None = _option(
+        None,
+        Scale(),
+        "The sizes this step runs at (batch, sequence length): kept in its file, so memsnap_magic.predict "
+        "can fit the step recorded at three or more sizes of one and say its peak at another.",
+        "scale=batch:8",
     )
     device: str = _option(
         "auto", Device(), "What to record. auto: the current accelerator, else the CPU.", "device=cuda:1"
@@ -251,6 +258,8 @@ def as_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value))
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
     return str(value)
 
 

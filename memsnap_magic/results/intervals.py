@@ -57,6 +57,7 @@ class Interval(Figures):
     top_blocks: list[dict[str, Any]] = field(default_factory=list, repr=False)  # alive at the peak
     born: dict[int, int] = field(default_factory=dict, repr=False)  # address -> size: made here, alive at the end
     run: str = ""  # the run it belongs to; "": the session's own (cells without run=)
+    scale: dict[str, int] | None = None  # the sizes it was recorded at (scale=batch:8), for predict
     # bytes per category (parameter, gradient, optimizer_state, activation, other, unknown) at the
     # end and at the peak, from the file's labels (see categories); None for unlabelled files
     by_category: dict[str, int] | None = None

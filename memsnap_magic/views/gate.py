@@ -13,50 +13,16 @@ may be nothing, and no share of nothing tells a leak from noise).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.units import BYTES_HELP, parse_bytes
 from ..results.stacks import brief, site_bytes
 from .words import fmt_bytes, step_list
 
 if TYPE_CHECKING:
     from ..results.intervals import Interval
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "kb": 10**3,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "mb": 10**6,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-    "gb": 10**9,
-    "t": 1 << 40,
-    "tib": 1 << 40,
-    "tb": 10**12,
-}
-_AMOUNT = re.compile(r"\s*\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
-BYTES_HELP = "bytes: a number with an optional unit, B, KiB, MiB, GiB, TiB (KB, MB, GB, TB: powers of 1000)"
-
-
-def parse_bytes(text: str | int) -> int:
-    """``64 MiB``, ``0 B``, ``1.5GiB``, ``2MB`` or an int → bytes; ``ValueError`` saying what is allowed."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"{text}: a size is 0 or more")
-        return text
-    if not isinstance(text, str):
-        raise ValueError(f"{type(text).__name__} {text!r}: give {BYTES_HELP}")
-    m = _AMOUNT.fullmatch(text)
-    unit = m.group(2).lower() if m else ""
-    if m is None or unit not in _UNITS:
-        raise ValueError(f"{text!r}: give {BYTES_HELP}")
-    return round(float(m.group(1)) * _UNITS[unit])
 
 
 @dataclass(frozen=True)

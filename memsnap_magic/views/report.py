@@ -10,7 +10,7 @@ from ..core.clean import clean
 from ..core.names import run_label, shown_path
 from ..recording.backends import backend_class
 from ..results.intervals import Interval
-from .words import count_of, fmt_bytes, number_list, step_list
+from .words import count_of, fmt_bytes, number_list, scale_text, step_list
 
 
 def describe(iv: Interval, replaced: Interval | None = None, chain_from: int | None = None) -> str:
@@ -71,6 +71,9 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         head = (*head[:5], "alloc. peak", *head[5:])
     runs = len({iv.run for iv in intervals}) > 1
     tags = len({iv.tag for iv in intervals}) > 1  # one step under two tags is two rows: say which
+    scales = any(iv.scale for iv in intervals)  # the sizes each step ran at (scale=batch:8)
+    if scales:
+        head = (*head[:3], "scale", *head[3:])
     if tags:
         head = (*head[:3], "tag", *head[3:])
     if runs:
@@ -93,6 +96,8 @@ def interval_table(intervals: Sequence[Interval]) -> str:
         )
         if allocator:
             row = (*row[:5], fmt_bytes(iv.allocator_peak_allocated), *row[5:])
+        if scales:
+            row = (*row[:3], scale_text(iv.scale), *row[3:])
         if tags:
             row = (*row[:3], clean(iv.tag), *row[3:])
         if runs:
