@@ -32,6 +32,7 @@ from ..results import intervals, labels, stacks
 from . import backends
 from . import options as opts
 from .process_state import STATE, ChainSteps
+from .retention import walk_after
 from .roles import Watch, training_objects, weakly
 
 if TYPE_CHECKING:
@@ -656,12 +657,17 @@ class Recorder:
         snap[META_KEY] = meta.to_dict()
         path: Path = snapshot_path(self._out or o.out, step, o.tag, self._rank, o.run)
         try:
-            d = self._quietly(intervals.digest, snap)
+            d = self._quietly(intervals.digest, snap, kept_blocks=True)
         finally:
             self._quietly(backend.end, keep=keep)
+        made = d.pop("kept_blocks", None) if d is not None else None  # for the walk, never in a summary
         if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
             self._quietly(_name_cells, snap, d)
         iv = self._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
+        # who keeps what the step kept, where that passed the leak floor; never walked into the
+        # CPU route's recording (a clear=false chain's, still on), whose tracer would record the walk
+        if iv is not None and made and not (backend.host and backend.recording):
+            self._quietly(walk_after, snap, d, iv, made, self._reach(), backend.device)
         write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
         if o.wait or iv is None:
             self._write_now(write)
