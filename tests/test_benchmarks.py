@@ -43,6 +43,9 @@ ROWS = (
     "cold_scan_jobs",
     "background_write",
     "long_steps_line",
+    "retention_walk_found",
+    "retention_walk_whole",
+    "retention_walk_10m",
 )
 
 
