@@ -59,6 +59,12 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    end of the step before it (continuity); each file must be pickle protocol 4 with a step mark on
    every entry and frames on every allocation, and its summary beside it must read back to the
    very figures, blocks and timeline the file gives.
+13. ``retention``: issue 41's planted leaks (``leak_scenarios.py``) on this device: losses kept
+   with their graphs in a list, a dict cache of activations, a forward hook storing outputs on its
+   module, an optimizer made anew each step while a list of schedulers holds the old ones. Each
+   must be named by its holder and pattern, each step's kept bytes exact (known without the walk:
+   by construction, the optimizer's own state, ``saved_tensors_hooks``) and every one of them
+   reached by a path; each healthy twin must claim nothing.
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -128,6 +134,8 @@ class Plan:
     large_tensors: int  # tensors made and freed in the large-trace cell (~3 trace entries each)
     large_repeats: int  # interleaved repeats of the large-trace latency measurement
     section_timeout_s: int
+    retention_width: int  # the planted leaks' MLP width and batch (``leak_scenarios``)
+    retention_batch: int
 
     @property
     def dry_run(self) -> bool:
@@ -148,6 +156,8 @@ GPU_PLAN = Plan(
     large_tensors=70_000,
     large_repeats=3,
     section_timeout_s=150,
+    retention_width=1024,
+    retention_batch=1024,
 )
 DRY_PLAN = Plan(
     device="cpu",
@@ -163,6 +173,8 @@ DRY_PLAN = Plan(
     large_tensors=1_500,
     large_repeats=2,
     section_timeout_s=60,
+    retention_width=256,
+    retention_batch=1024,
 )
 
 
@@ -996,6 +1008,27 @@ def section_files(state: State) -> None:
     state.results["files"] = {"continuity": continuity, "files": files, "ok": ok}
 
 
+def section_retention(state: State) -> None:
+    """Each planted leak named by its holder and pattern, its kept bytes exact and reached by a
+    path, on this device; each healthy twin claiming nothing (``leak_scenarios``)."""
+    import leak_scenarios
+
+    plan = state.plan
+    found = []
+    for name in leak_scenarios.SCENARIOS:
+        for healthy in (False, True):
+            outcome = leak_scenarios.run(
+                name,
+                healthy,
+                plan.device,
+                state.work_dir / "retention",
+                width=plan.retention_width,
+                batch=plan.retention_batch,
+            )
+            found.append(leak_scenarios.judged(outcome))
+    state.results["retention"] = {"scenarios": found, "ok": len(found) == 8 and all(f["ok"] for f in found)}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -1480,6 +1513,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("categories", section_categories),
     ("newer_options", section_newer_options),
     ("files", section_files),
+    ("retention", section_retention),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1557,6 +1591,7 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "categories_ok": (results.get("categories") or {}).get("ok"),
         "newer_options_ok": (results.get("newer_options") or {}).get("ok"),
         "files_ok": (results.get("files") or {}).get("ok"),
+        "retention_ok": (results.get("retention") or {}).get("ok"),
     }
 
 
@@ -1606,6 +1641,10 @@ def print_summary(results: dict[str, Any]) -> None:
         )
         print(f"  magic, ms a cell: {ms(split['magic'])}")
         print(f"  bare,  ms a cell: {ms(split['bare'])}")
+    retention = (results.get("retention") or {}).get("scenarios") or []
+    if retention:
+        said = [f"{r['scenario']}{' twin' if r['healthy'] else ''} {'ok' if r['ok'] else 'FAILED'}" for r in retention]
+        print("retention: " + " · ".join(said))
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
         print(f"section {e['section']} FAILED: {e['error']}")

@@ -47,6 +47,7 @@ BENCHMARKS = (
     "scan",
     "write",
     "options",
+    "retention",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

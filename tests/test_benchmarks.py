@@ -44,6 +44,9 @@ ROWS = (
     "background_write",
     "next_compute_cell",
     "long_steps_line",
+    "retention_walk_found",
+    "retention_walk_whole",
+    "retention_walk_10m",
 )
 
 

@@ -79,6 +79,15 @@ def test_json_has_the_documented_keys_and_types(dry_run):
     assert data["newer_options"]["ok"], data["newer_options"]  # the CPU refuses both, the cell unrun
     assert data["files"]["ok"] and len(data["files"]["files"]) == 3, data["files"]  # continuity, marks, summaries
     assert data["async_allocator"]["skipped"] is True
+    retention = data["retention"]  # every planted leak named, every twin silent
+    assert retention["ok"] and len(retention["scenarios"]) == 8, retention
+    assert {(r["scenario"], r["healthy"], r["holder"], r["pattern"]) for r in retention["scenarios"]} == {
+        ("losses", False, "history", "graph"),
+        ("cache", False, "cache", "cache"),
+        ("hook", False, "model[0].outputs", "hook"),
+        ("optimizer", False, "schedulers", "optimizer"),
+        *((name, True, None, None) for name in ("losses", "cache", "hook", "optimizer")),
+    }
     assert all(s["ok"] for s in data["sections"].values())
     steps = data["steps"]
     assert len(steps) >= 5

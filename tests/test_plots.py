@@ -302,3 +302,29 @@ def test_runs_by_category_name_their_runs_in_greys_below():
     category = {tuple(int(v[i : i + 2], 16) / 255 for i in (1, 3, 5)) for v in plots.CATEGORY_COLORS.values()}
     assert faces and not faces & category
     assert all(len({round(v, 3) for v in face}) == 1 for face in faces)  # greys
+
+
+def test_the_overview_marks_the_steps_the_headline_names():
+    from test_findings import held_run
+
+    from memsnap_magic.views.headline import headline
+
+    # steps 3-5 keep 8 MiB each, step 7 holds 96 MiB for a while against 32 MiB typical
+    ivs = held_run([(32 * MiB, 0)] * 2 + [(32 * MiB, 8 * MiB)] * 3 + [(32 * MiB, 0), (96 * MiB, 0), (32 * MiB, 0)])
+    lines = headline(ivs).splitlines()
+    assert lines[0].startswith("leak: steps 3–5") and lines[-1].startswith("spike: step 7")
+    fig = plots.overview_figure(ivs, view="interval")
+    peak_ax, kept_ax, _ = fig.axes
+
+    def shaded(ax, label):
+        spans = [p for p in ax.patches if p.get_label() in (label, "_" + label.split()[0])]
+        return [tuple(round(v, 2) for v in (p.get_bbox().x0, p.get_bbox().x1)) for p in spans]
+
+    assert shaded(kept_ax, "leaking steps") == [(1.52, 4.48)]  # the columns of steps 3-5 (x 2 to 4)
+    assert shaded(peak_ax, "spiking steps") == [(5.52, 6.48)]  # step 7's column
+    assert shaded(peak_ax, "leaking steps") == [] and shaded(kept_ax, "spiking steps") == []
+    (legend,) = fig.legends
+    assert {"leaking steps", "spiking steps"} <= {t.get_text() for t in legend.get_texts()}
+    quiet = plots.overview_figure(held_run([(32 * MiB, 0)] * 5), view="interval")
+    assert not [p for ax in quiet.axes for p in ax.patches if "ing steps" in p.get_label()]
+    assert not {"leaking steps", "spiking steps"} & {t.get_text() for t in quiet.legends[0].get_texts()}

@@ -411,7 +411,7 @@ def test_every_interval_fact_has_exactly_one_source():
     from memsnap_magic.files.summary_fields import ENCODED, FIELDS
     from memsnap_magic.results.intervals import CONTENT, FROM_META, RESOLVED, Interval
 
-    set_later = {"path", "file_bytes", "overflowed", "moved", "moved_since"}
+    set_later = {"path", "file_bytes", "overflowed", "moved", "moved_since", "kept_by"}  # kept_by: holders' rows
     set_later |= {"cumulative_peak_allocated", "cumulative_trace_entries"}
     sources = [set(CONTENT), set(FROM_META), set(RESOLVED) - {"device"}, set_later]
     names = {f.name for f in fields(Interval)}

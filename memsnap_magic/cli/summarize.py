@@ -36,6 +36,7 @@ _RECORD_KEYS = (
     "by_category",
     "by_category_at_peak",
     "kept_by_site",
+    "kept_by",
 )
 
 

@@ -131,12 +131,15 @@ class Meta:
     freed_unseen: int | None = None
     cells: dict[str, int] | None = None  # the In[N] the kernel gave the cell files its stacks pass through
     scale: dict[str, int] | None = None  # the sizes it was recorded at (scale=batch:8): name -> size
+    # who kept the step's memory alive (``recording.retention``): rows [path, bytes, blocks], each
+    # path's route, the bytes no path reached, the blocks by row, old optimizers, the walk's extent
+    holders: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # not dataclasses.asdict, which deep-copies every field (~20 µs a cell); the dicts are
         # the only mutable ones
         d = {name: getattr(self, name) for name in _META_FIELDS}
-        for key in ("usage_start", "usage_end", "cells", "scale"):
+        for key in ("usage_start", "usage_end", "cells", "scale", "holders"):
             if d[key] is not None:
                 d[key] = dict(d[key])
         return d
@@ -223,6 +226,59 @@ def _scale(value: Any) -> bool:
     )
 
 
+_HOLDER_TEXT = 1024  # characters of a path or a type name
+
+
+def _text(value: Any, limit: int = _HOLDER_TEXT) -> bool:
+    return type(value) is str and len(value) <= limit and value.isprintable()
+
+
+def _holders(value: Any) -> bool:
+    """who held the step's blocks: rows of [path, bytes, blocks], routes, blocks, counts"""
+    if type(value) is not dict or set(value) != HOLDER_KEYS:
+        return False
+    rows, routes, blocks = value["rows"], value["routes"], value["blocks"]
+    return (
+        type(rows) is list
+        and len(rows) <= 64
+        and all(type(r) is list and len(r) == 3 and _text(r[0]) and _big(r[1]) and _big(r[2]) for r in rows)
+        and type(routes) is list
+        and len(routes) == len(rows)
+        and all(
+            type(route) is list
+            and 0 < len(route) <= 256
+            and all(type(hop) is list and len(hop) == 3 and all(_text(x) for x in hop) for hop in route)
+            for route in routes
+        )
+        and type(blocks) is list
+        and len(blocks) <= 256
+        and all(
+            type(b) is list
+            and len(b) == 3
+            and type(b[0]) is int
+            and -(1 << 63) <= b[0] < 1 << 64
+            and _big(b[1])
+            and type(b[2]) is int
+            and 0 <= b[2] < len(rows)
+            for b in blocks
+        )
+        and _big(value["unreached"])
+        and _big(value["objects"])
+        and (value["cut"] is None or _text(value["cut"], 100))
+        and type(value["optimizers"]) is list
+        and len(value["optimizers"]) <= 64
+        and all(_text(p) for p in value["optimizers"])
+    )
+
+
+HOLDER_KEYS = {"rows", "routes", "blocks", "unreached", "objects", "cut", "optimizers"}
+
+
+def _big(value: Any) -> bool:
+    """A byte count or a count of blocks."""
+    return type(value) is int and 0 <= value < 1 << 62
+
+
 def _boolean(value: Any) -> bool:
     """true or false"""
     return type(value) is bool
@@ -247,6 +303,7 @@ _RULES: dict[str, Callable[[Any], bool]] = {
     "freed_unseen": _count(1 << 62),
     "cells": _cells,
     "scale": _scale,
+    "holders": _holders,
 }
 _META_FIELDS = tuple(f.name for f in fields(Meta))
 

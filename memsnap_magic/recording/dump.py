@@ -20,6 +20,7 @@ from ..files.layout import META_KEY, Meta, exception_name, snapshot_path, step_m
 from ..files.writer import WRITER
 from ..results import intervals, labels, stacks
 from .process_state import STATE, ChainSteps, Device
+from .retention import walk_after
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,12 +76,17 @@ def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, ke
     snap[META_KEY] = meta.to_dict()
     path: Path = snapshot_path(rec._out or o.out, step, o.tag, rec._rank, o.run)
     try:
-        d = rec._quietly(intervals.digest, snap)
+        d = rec._quietly(intervals.digest, snap, kept_blocks=True)
     finally:
         rec._quietly(backend.end, keep=keep)
+    made = d.pop("kept_blocks", None) if d is not None else None  # for the walk, never in a summary
     if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
         rec._quietly(_name_cells, snap, d)
     iv = rec._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
+    # who keeps what the step kept, where that passed the leak floor; never walked into the
+    # CPU route's recording (a clear=false chain's, still on), whose tracer would record the walk
+    if iv is not None and made and not (backend.host and backend.recording):
+        rec._quietly(walk_after, snap, d, iv, made, rec.reach.tensors(), backend.device)
     write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
     if o.wait or iv is None:
         _write_now(write)

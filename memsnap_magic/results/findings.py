@@ -4,7 +4,9 @@ turns them into the dashboard's headline.
 The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
   minus its start; in a file labelled by category, at most what it made and kept besides
-  parameters, gradients and optimizer state); consecutive leaking steps form one run;
+  parameters, gradients and optimizer state, unless a step beside it kept model state past the
+  floor too: model state kept step after step is an optimizer made anew, not its first step);
+  consecutive leaking steps form one run;
 - a step **spikes** when what it held only for a while (the most it held at once of what it
   both allocated and freed: ``Interval.transient``) stands out from the run's typical such
   figure (the median over the steps shown) by more than half of it, more than four times the
@@ -74,7 +76,8 @@ class Spike:
     rise: int  # its peak over its own start
 
 
-def _threshold(start: int) -> float:
+def floor(start: int) -> float:
+    """What a step must keep to leak, or hold for a while past the typical to spike."""
     return max(FLOOR, SHARE * start)
 
 
@@ -121,15 +124,35 @@ def leaked(iv: Figures) -> int:
 def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
     """Runs of consecutive leaking steps, in order (``steps[i]`` names ``intervals[i]``)."""
     intervals = own_figures(intervals)
-    leaking = [i for i, iv in enumerate(intervals) if leaked(iv) > _threshold(iv.baseline_allocated)]
+    amounts = [_leaked_at(intervals, i) for i in range(len(intervals))]
+    leaking = [i for i, kept in enumerate(amounts) if kept]
     return [
         Leak(
             steps=tuple(steps[j] for j in run),
-            kept=tuple(leaked(intervals[j]) for j in run),
+            kept=tuple(amounts[j] for j in run),
             since=steps[run[0] - 1] if run[0] > 0 and _ended_before(intervals[run[0] - 1], intervals[run[0]]) else None,
         )
         for run in _consecutive(leaking)
     ]
+
+
+def _leaked_at(intervals: Sequence[Figures], i: int) -> int:
+    """What step ``i`` leaked, 0 if it did not: ``leaked`` past the floor, or all it kept where
+    that is model state and a step beside it kept model state past the floor too (an optimizer
+    made anew each step, its old state still held; an optimizer's first step keeps once)."""
+    iv = intervals[i]
+    limit = floor(iv.baseline_allocated)
+    if leaked(iv) > limit:
+        return leaked(iv)
+    beside = [*intervals[max(i - 1, 0) : i], *intervals[i + 1 : i + 2]]
+    if iv.kept > limit and any(_state_kept(other) for other in beside):
+        return int(iv.kept)
+    return 0
+
+
+def _state_kept(iv: Figures) -> bool:
+    """Whether a step kept past the floor, all of it model state."""
+    return iv.kept > floor(iv.baseline_allocated) >= leaked(iv)
 
 
 def _ended_before(earlier: Any, later: Any) -> bool:
@@ -160,7 +183,7 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
     # site grew by more than the step itself kept there: the steps between added to it
     spans: dict[tuple[str, int], int] = {}
     for i, iv in enumerate(own):
-        limit = _threshold(iv.baseline_allocated)
+        limit = floor(iv.baseline_allocated)
         if leaked(iv) <= limit:
             continue
         j, k = before.get(i), after.get(i)
@@ -171,7 +194,7 @@ def leak_sites(intervals: Sequence[Interval], steps: Sequence[int]) -> list[Site
             spans.update(((s, i), j) for s, b in grown.items() if b > own_kept.get(s, 0) + limit)
         elif here is not None and k is not None and next_ is not None:  # the first: its next confirms
             later = _growth(here, next_)
-            grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > _threshold(own[k].baseline_allocated)}
+            grown = {s: b for s, b, _ in iv.kept_by_site if later.get(s, 0) > floor(own[k].baseline_allocated)}
         else:
             grown = {s: b for s, b, _ in iv.kept_by_site}
         for site, nbytes in grown.items():
@@ -251,7 +274,7 @@ def spikes(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Spike]:
     found = [
         Spike(step, h, int(typical), iv.peak_increase)
         for step, iv, h in zip(steps, intervals, held)
-        if h - typical > max(STANDS_OUT * typical, SPREADS * spread, _threshold(iv.baseline_allocated))
+        if h - typical > max(STANDS_OUT * typical, SPREADS * spread, floor(iv.baseline_allocated))
     ]
     return sorted(found, key=lambda s: s.step)
 

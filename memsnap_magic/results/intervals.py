@@ -71,6 +71,11 @@ class Interval(Figures):
     # the most it held at once of what it both allocated and freed (``alive.temporaries``): what a
     # spike is judged by; None where unknown (a step built by hand)
     transient: int | None = None
+    # who keeps what it made and kept (``recording.retention``, walked when it kept more than the
+    # leak floor): [path, bytes, blocks] from a name of the namespace, largest first; ``holders``
+    # also has each path's route, the bytes no path reached and whether the walk was cut
+    kept_by: list[list[Any]] = field(default_factory=list)
+    holders: dict[str, Any] | None = None
     # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
     usage_start: dict[str, int] | None = None
@@ -103,10 +108,11 @@ class Interval(Figures):
 CONTENT = (*FIELDS, *ENCODED)
 
 
-def digest(snap: dict[str, Any]) -> dict[str, Any]:
+def digest(snap: dict[str, Any], kept_blocks: bool = False) -> dict[str, Any]:
     """What an interval keeps of a snapshot, before a path or a session names it: its ``meta``
     (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
-    file read again is never unpickled again."""
+    file read again is never unpickled again. ``kept_blocks``: also every block it made and
+    kept, as (address, size, ``_role``): what the recorder asks who holds."""
     # here: numpy loads with the first digest (the magic imports this module at %load_ext, for holds)
     from .alive import alive_at, held, kept, temporaries
     from .analysis import decimate_index, pick_device, summarize
@@ -131,6 +137,7 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
         # left out (gradients made anew where backward ran from another function would move site)
         "kept_by_site": _by_site(_leakable(at_end), name=name),
         "held_by_site": _by_site(_leakable(held(summary)), HELD_SITES, name),  # at_end's blocks among them
+        **({"kept_blocks": [(b["addr"], b["size"], _role(b)) for b in at_end]} if kept_blocks else {}),
         "transient": temporaries(summary),
         "oom": _oom(summary),
         **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
@@ -140,7 +147,13 @@ def digest(snap: dict[str, Any]) -> dict[str, Any]:
 
 
 def _leakable(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [b for b in blocks if not (type(b["category"]) is str and b["category"] in MODEL_STATE)]
+    return [b for b in blocks if not _role(b)]
+
+
+def _role(block: dict[str, Any]) -> str | None:
+    """A labelled block's model-state category (parameter, gradient, optimizer_state), else None."""
+    category = block["category"]
+    return category if type(category) is str and category in MODEL_STATE else None
 
 
 def _plain(block: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +205,7 @@ def interval_from_digest(
         context=_first(meta.context, defaults.CONTEXT),
         run=_run_of(run, meta, path),
         **{key: getattr(meta, key) for key in FROM_META},
+        kept_by=[list(row) for row in meta.holders["rows"]] if meta.holders else [],
         **{key: d[key] for key in CONTENT},
     )
 

@@ -16,6 +16,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..core.categories import ORDER
+from ..results.findings import leaks, spikes
 from .chartkit import (
     AT_START,
     BASE,
@@ -168,6 +169,7 @@ def overview_figure(
     if show_cumul and x:
         size_ax.plot(x, [iv.cumulative_trace_entries for iv in intervals], marker, color=CUMUL, label=NEVER_CLEARED)
     _size_panel(size_ax, labels)
+    _mark_findings(peak_ax, kept_ax, intervals)
     if intervals:
         figure_legend(fig, [peak_ax, kept_ax, size_ax])
     if not intervals:
@@ -182,6 +184,26 @@ def overview_figure(
             color="gray",
         )
     return fig
+
+
+def _mark_findings(peak_ax: Any, kept_ax: Any, intervals: Sequence[Any]) -> None:
+    """The steps the headline names, shaded on their own bars, so words and picture point at the
+    same columns: each leaking run in the kept panel, each spiking step in the peak panel (the
+    legend names both). One run, rank and device only: the findings judge those apart."""
+    if len({(iv.run, iv.rank, iv.device) for iv in intervals}) != 1:
+        return
+    at = list(range(len(intervals)))  # the findings named by column
+    for n, run in enumerate(leaks(intervals, at)):
+        _shade(kept_ax, run.steps[0], run.steps[-1], KEPT, LEAKING if not n else "_leak")
+    for n, spike in enumerate(spikes(intervals, at)):
+        _shade(peak_ax, spike.step, spike.step, RISE, SPIKING if not n else "_spike")
+
+
+LEAKING, SPIKING = "leaking steps", "spiking steps"  # the shades' names in the legend
+
+
+def _shade(ax: Any, first: int, last: int, color: str, label: str) -> None:
+    ax.axvspan(first - 0.48, last + 0.48, color=color, alpha=0.15, linewidth=0, zorder=0, label=label)
 
 
 def _kept_panel(ax: Any, labels: Sequence[str]) -> None:

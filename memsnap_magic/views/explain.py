@@ -10,6 +10,7 @@ from typing import Any
 
 from ..recording.backends import backend_class
 from ..results.findings import born_in
+from ..results.holders import held_by
 from ..results.intervals import Interval
 from ..results.stacks import frame_lines, site
 from .words import fmt_bytes, step_list
@@ -193,8 +194,11 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         earlier_here = type(made_in) is int and made_in != iv.step and not b.get("before")
         # one row per size and call chain (``site``): one line reached from two calls is two rows
         key = (b["size"], site(b) if frames else "", reason, bool(b.get("before")) or earlier_here, b.get("category"))
-        group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames})
+        group = groups.setdefault(key, {"count": 0, "steps": set(), "unknown": False, "frames": frames, "held": {}})
         group["count"] += 1
+        holder = held_by(b, iv, earlier)
+        if holder is not None:
+            group["held"][holder] = group["held"].get(holder, 0) + 1
         shared = group["frames"]
         if frames[: len(shared)] != shared:  # one site reached through different calls: only what they share
             common = next((n for n, (a, b) in enumerate(zip(shared, frames)) if a != b), min(len(shared), len(frames)))
@@ -211,6 +215,7 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         return "<i>nothing was allocated at this step's peak</i>"
     stacks = any(key[1] for key in groups)
     labelled = any(key[4] for key in groups)
+    holders = any(group["held"] for group in groups.values())
     rows = []
     for (size, _, reason, before, category), group in list(groups.items())[:TABLE_ROWS]:
         count, frames = group["count"], group["frames"]
@@ -218,8 +223,10 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         if labelled:
             cells.append(html.escape((category or "unknown").replace("_", " ")))
         cells.append(_since(before, group))
+        if holders:
+            cells.append(_held_cell(group["held"], count))
         if stacks:
-            if frames:
+            if frames or group.get("varied"):  # calls that share no frame: said so, never "no stack"
                 lines = [html.escape(line) for line in frames]
                 if group.get("varied"):
                     lines.append("<i>(reached through different calls)</i>")
@@ -233,7 +240,7 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
         )
     left = "<th style='text-align:left;padding-right:1em'>"  # spaced as the cells below: headers never run together
     head = "<th style='padding-right:1em'>size</th>" + (f"{left}what</th>" if labelled else "")
-    head += f"{left}allocated in</th>"
+    head += f"{left}allocated in</th>" + (f"{left}held by</th>" if holders else "")
     if stacks:
         head += f"{left}allocated by</th>"
         notes = "".join(f"<br><small>{'*' * (n + 1)} {html.escape(r)}</small>" for n, r in enumerate(reasons))
@@ -245,6 +252,18 @@ def blocks_table(iv: Interval, earlier: Sequence[Interval] = ()) -> str:
     return (
         "<b>Largest allocations alive at the peak</b><table><tr>" + head + "</tr>" + "".join(rows) + "</table>" + notes
     )
+
+
+def _held_cell(held: dict[str, int], count: int) -> str:
+    """Who held a row's blocks at their step's end (``retention``): the path holding most of
+    them, and how many others; nothing where no walk said."""
+    if not held:
+        return ""
+    path, n = max(held.items(), key=lambda item: item[1])
+    others = len(held) - 1
+    more = f" <i>(+{others} more)</i>" if others else ""
+    share = f" <i>({n} of {count})</i>" if n < count and not others else ""
+    return f"<code>{html.escape(path)}</code>{share}{more}"
 
 
 def _since(before: bool, group: dict[str, Any]) -> str:

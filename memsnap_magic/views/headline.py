@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from ..core.clean import clean
 from ..core.names import run_label
+from ..results.advice import advice
 from ..results.findings import FLOOR, Leak, SiteLeak, Spike, leak_sites, leaks, spikes
+from ..results.holders import Holder, holder
 from ..results.stacks import brief
 from .words import fmt_bytes, step_list
 
@@ -37,9 +39,14 @@ def finding_lines(intervals: Sequence[Interval]) -> list[str]:
         lines.append(_leak(run))
     if len(runs) > 2:
         lines.append(f"{len(runs) - 2} more leaking run{'s' * (len(runs) > 3)}")
+    kept = holder(intervals, max(runs, key=lambda r: r.total).steps) if runs else None
+    lines += _holder(kept)
     sites = leak_sites(intervals, steps)
     if sites:
         lines.append(_site(sites))
+    said = advice(kept)
+    if said is not None:
+        lines.append(f"do: {said.text}")
     found = spikes(intervals, steps)
     if found:
         lines.append(_spikes(found))
@@ -61,6 +68,28 @@ def _leak(run: Leak) -> str:
         what = f"{step_list(run.steps)} kept {fmt_bytes(low, signed=True)} to {fmt_bytes(high, signed=True)}"
     since = f" since step {run.since}" if run.since is not None else ""
     return f"leak: {what} ({fmt_bytes(run.total, signed=True)} held{since})"
+
+
+_VIA = {"item": "each item", "key": "each entry"}
+
+
+def _holder(h: Holder | None) -> list[str]:
+    """``kept by `history` (list): +38.4 MiB per step, each item's autograd graph``; what no path
+    reached, said as such; and whether the walk was cut short."""
+    if h is None:
+        return []
+    cut = f" (the walk stopped at its bound, {h.cut}: more may hold it)" if h.cut else ""
+    lines = []
+    if h.name is not None:
+        per = fmt_bytes(h.per_step, signed=True) + (" per step" if h.steps > 1 else "")
+        whose = f"{_VIA[h.via]}'s" if h.via else "its"
+        what = "autograd graph" if h.graph else "optimizer state" if h.state else ""
+        said = f"{whose} {what}" if what else _VIA.get(h.via, "")
+        lines.append(f"kept by `{h.name}` ({h.kind}): {per}" + (f", {said}" if said else "") + cut)
+        cut = ""
+    if h.unreached and (h.name is None or h.unreached > h.per_step):
+        lines.append(f"kept: {fmt_bytes(h.unreached, signed=True)} a step not reachable from the notebook's names{cut}")
+    return lines
 
 
 def _site(sites: list[SiteLeak]) -> str:
