@@ -116,7 +116,46 @@ def test_model_state_kept_step_after_step_leaks_an_optimizers_first_step_does_no
     first[0].by_category = state  # AdamW's first step makes its state, once
     assert leaks(first, [1, 2, 3]) == []
     anew = run_of([(8 * MiB, 8 * MiB)] * 3)
-    for iv in anew:  # each step keeps another optimizer's state
-        iv.by_category = state
+    for n, iv in enumerate(anew, start=1):  # each step keeps another optimizer's state beside the last
+        iv.by_category = {"optimizer_state": 8 * MiB * n}
     (run,) = leaks(anew, [1, 2, 3])
     assert run.steps == (1, 2, 3) and run.kept == (8 * MiB,) * 3
+
+
+def test_gradients_made_in_one_cell_and_optimizer_state_in_the_next_are_no_leak():
+    # cell 1: backward makes the gradients; cell 2: opt.step() makes AdamW's state; then both
+    # are made anew in place: two categories grew once each, side by side
+    ivs = run_of([(8 * MiB, 8 * MiB), (8 * MiB, 8 * MiB), (MiB // 4, 0), (MiB // 4, 0)])
+    ivs[0].by_category = {"gradient": 8 * MiB}
+    for iv in ivs[1:]:
+        iv.by_category = {"gradient": 8 * MiB, "optimizer_state": 8 * MiB}
+    assert leaks(ivs, [1, 2, 3, 4]) == []
+
+
+def test_a_notebook_that_steps_the_optimizer_in_its_own_cell_claims_no_leak(tmp_path):
+    """Recorded for real on the CPU: backward in one step, AdamW's step in the next, then again
+    (its first step makes its state once; the gradients are made anew in place)."""
+    import torch
+
+    from memsnap_magic import Recorder
+    from memsnap_magic.results.session import Session
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512))
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(64, 512)
+    ns = {"model": model, "opt": opt, "x": x}
+    session = Session()
+    work = [
+        lambda: model(x).pow(2).mean().backward(),
+        opt.step,
+        lambda: (opt.zero_grad(), model(x).pow(2).mean().backward()),
+        opt.step,
+    ]
+    for step, body in enumerate(work, start=1):
+        with Recorder(device="cpu", out=tmp_path, step=step, namespace=ns, session=session):
+            body()
+    ivs = session.intervals
+    assert ivs[0].kept > MiB and ivs[1].kept > MiB  # the gradients, then the optimizer's state
+    assert leaks(ivs, [iv.step for iv in ivs]) == []
+    assert finding_lines(ivs)[0].startswith("no leak")

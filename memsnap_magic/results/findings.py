@@ -4,8 +4,8 @@ turns them into the dashboard's headline.
 The rules, chosen so that noise makes no claim:
 - a step **leaks** when it keeps more than ``max(1 MiB, 1 % of its start)`` (``kept`` is its end
   minus its start; in a file labelled by category, at most what it made and kept besides
-  parameters, gradients and optimizer state, unless a step beside it kept model state past the
-  floor too: model state kept step after step is an optimizer made anew, not its first step);
+  parameters, gradients and optimizer state, unless the same kind of state grew past the floor
+  in it and in a step beside it: an optimizer made anew each step, not its first step);
   consecutive leaking steps form one run;
 - a step **spikes** when what it held only for a while (the most it held at once of what it
   both allocated and freed: ``Interval.transient``) stands out from the run's typical such
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ..core.categories import MODEL_STATE, OTHER
+from ..core.categories import GRADIENT, MODEL_STATE, OPTIMIZER_STATE, OTHER, PARAMETER
 from .intervals import HELD_SITES, Interval, holds
 from .measures import Figures
 
@@ -138,21 +138,47 @@ def leaks(intervals: Sequence[Figures], steps: Sequence[int]) -> list[Leak]:
 
 def _leaked_at(intervals: Sequence[Figures], i: int) -> int:
     """What step ``i`` leaked, 0 if it did not: ``leaked`` past the floor, or all it kept where
-    that is model state and a step beside it kept model state past the floor too (an optimizer
-    made anew each step, its old state still held; an optimizer's first step keeps once)."""
+    that is model state grown step after step: the same kind of state (``_POOLS``) grew past the
+    floor in it and in a step beside it (an optimizer made anew each step, the old ones' state
+    still held). An optimizer's first step grows its state once; a cell that makes the gradients
+    and the next that makes the optimizer's state grow two kinds; the first step shown, whose
+    growth is unknown, counts where the step after it does."""
     iv = intervals[i]
     limit = floor(iv.baseline_allocated)
     if leaked(iv) > limit:
         return leaked(iv)
-    beside = [*intervals[max(i - 1, 0) : i], *intervals[i + 1 : i + 2]]
-    if iv.kept > limit and any(_state_kept(other) for other in beside):
-        return int(iv.kept)
-    return 0
+    if iv.kept <= limit:
+        return 0
+    if i == 0:
+        repeated = len(intervals) > 1 and intervals[1].kept > floor(intervals[1].baseline_allocated)
+        return int(iv.kept) if repeated and _regrown(intervals, 1) else 0
+    return int(iv.kept) if _regrown(intervals, i) else 0
 
 
-def _state_kept(iv: Figures) -> bool:
-    """Whether a step kept past the floor, all of it model state."""
-    return iv.kept > floor(iv.baseline_allocated) >= leaked(iv)
+# Kinds of state a step may grow by design once; grown step after step, they are a leak. Old
+# optimizers' or models' state is no longer seen as theirs: it counts as ``other``.
+_POOLS = ((GRADIENT,), (OPTIMIZER_STATE, OTHER), (PARAMETER, OTHER))
+
+
+def _regrown(intervals: Sequence[Figures], i: int) -> bool:
+    """Whether a kind of state grew past the floor in step ``i`` (``i`` ≥ 1) and in a step beside it."""
+    mine = _grown(intervals, i)
+    beside = [_grown(intervals, j) for j in (i - 1, i + 1) if 1 <= j < len(intervals)]
+    return any(
+        mine[n] > floor(intervals[i].baseline_allocated) and any(other[n] > 0 for other in beside)
+        for n in range(len(_POOLS))
+    )
+
+
+def _grown(intervals: Sequence[Figures], i: int) -> list[float]:
+    """Per pool, what its state at step ``i``'s end grew over step ``i - 1``'s, where past the
+    floor (else 0); zeros where either file has no labels."""
+    now, before = (getattr(intervals[j], "by_category", None) for j in (i, i - 1))
+    if not now or before is None:
+        return [0] * len(_POOLS)
+    limit = floor(intervals[i].baseline_allocated)
+    grown = [sum(now.get(c, 0) - before.get(c, 0) for c in pool) for pool in _POOLS]
+    return [g if g > limit else 0 for g in grown]
 
 
 def _ended_before(earlier: Any, later: Any) -> bool:
