@@ -59,7 +59,14 @@ def cpu(shell):
 # The fast inner loop (scripts/test-fast.sh, docs/developing.md) leaves out what is marked slow:
 # whole files that start kernels, browsers, benchmarks or builds; tests that start another process
 # (found in their own source); and a few slow in-process ones, by name.
-SLOW_FILES = {"test_benchmarks.py", "test_browser.py", "test_gpu_check.py", "test_notebooks.py", "test_packaging.py"}
+SLOW_FILES = {
+    "test_benchmarks.py",
+    "test_browser.py",
+    "test_gpu_check.py",
+    "test_issue_scenarios.py",
+    "test_notebooks.py",
+    "test_packaging.py",
+}
 SLOW_TESTS = {"test_the_start_moves_by_what_plain_cells_did"}
 _STARTS_A_PROCESS = re.compile(r"\bsubprocess\.|\bPopen\(|\bmultiprocessing\b|\bos\.fork\(|\bProcessPool")
 
