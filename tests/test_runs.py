@@ -3,8 +3,10 @@ of their own; the dashboard and the CLI compare runs step by step, never merge t
 
 from __future__ import annotations
 
+import html
 import json
 import pickle
+import re
 from itertools import accumulate
 
 import pytest
@@ -180,20 +182,21 @@ def test_the_dashboard_compares_runs_step_by_step():
     kept = [c for c in kept_ax.collections if c.get_label() == "_kept"]
     assert [float(p.vertices[:, 1].max()) for p in kept[0].get_paths()] == [0, 0] + [32 * MiB] * 6 + [0]
     assert [float(p.vertices[:, 1].max()) for p in kept[1].get_paths()] == [0] * 9
-    header = d.header.value
-    assert "in run <b>after</b> · 2 runs compared" in header
-    # each run's findings, the selected one's first: the other run's leak stays in view
-    assert header.index("<br>after: no leak or spike") < header.index("<br>before: leak: steps 3–8 each kept")
+    assert "in run <b>after</b> · 2 runs compared" in d.header.value
+    header = shown_text(d.header.value)
+    # each run's findings, the selected one's first, a line each: the other run's leak stays in view
+    assert header.index("\nafter: no leak or spike") < header.index("\nbefore: leak: steps 3–8 each kept")
     assert "after vs before on steps 1–9: largest peak change at step 5" in header
     assert "kept in total +192.0 MiB → ±0 B" in header
     # the detail follows the run selector; the step number stays when the run changes
     d.step.value = 4
     d.run.value = "before"
     assert d.selected().run == "before" and d.selected().step == 5
-    assert "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)" in d.header.value
-    assert "spike: step 5 held +160.0 MiB only for a while (typical +32.0 MiB)" in d.header.value
+    assert "leak: steps 3–8 each kept +32.0 MiB (+192.0 MiB held since step 2)" in shown_text(d.header.value)
+    assert "spike: step 5 held +160.0 MiB only for a while (typical +32.0 MiB)" in shown_text(d.header.value)
     # the comparison reads earlier run -> later one whichever is selected: before -> after
-    assert "after vs before on steps 1–9" in d.header.value and "kept in total +192.0 MiB → ±0 B" in d.header.value
+    shown = shown_text(d.header.value)
+    assert "after vs before on steps 1–9" in shown and "kept in total +192.0 MiB → ±0 B" in shown
     from memsnap_magic.views.explain import compare_runs
 
     same = s.runs["after"].intervals
@@ -437,3 +440,8 @@ def test_runs_and_folders_named_in_any_script_keep_their_names(shell, tmp_path, 
     for bad in ("../x", ".hidden", "a b", "x\x1b[31m"):
         with pytest.raises(UsageError, match="run="):
             shell.run_cell(f"%%memsnap run={bad!r}\npass", store_history=False).raise_error()
+
+
+def shown_text(markup: str) -> str:
+    """The dashboard header's words as read: a line per finding (each its own block), no tags."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup.replace("<div", "\n<div")))

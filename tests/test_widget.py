@@ -84,7 +84,9 @@ def test_overview_plots_interval_and_cumulative_peaks(session):
     assert "OutOfMemoryError" in [t.get_text() for t in peak_ax.texts]
     (failed,) = line(peak_ax, "_failed")
     assert list(failed.get_xdata()) == [2]
-    assert d.overview.value[:4] == b"\x89PNG" and "leak: step 2 kept +4.0 MiB" in d.header.value
+    assert d.overview.value[:4] == b"\x89PNG" and "<b>leak:</b> step 2 kept +4.0 MiB" in d.header.value
+    # the findings come right after the title, one block each, marked by their kind
+    assert d.header.value.index("memsnap-finding memsnap-leak") < d.header.value.index("memsnap-finding memsnap-spike")
 
 
 def test_view_control_changes_the_series_drawn(session):

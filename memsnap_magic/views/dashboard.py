@@ -32,7 +32,7 @@ from .explain import (
     run_comparisons,
     usage_line,
 )
-from .headline import headline
+from .headline import FINDINGS_CSS, Finding, findings_html, headline
 from .pointing import bar_at
 from .report import interval_table
 from .still import MAX_WIDTH, THEME_CSS, still_bundle
@@ -90,7 +90,7 @@ class Dashboard:
         self.blocks = w.HTML()
         self.root = w.VBox(
             [
-                w.HTML(f"<style>{THEME_CSS}</style>"),
+                w.HTML(f"<style>{THEME_CSS} {FINDINGS_CSS}</style>"),
                 self.header,
                 w.HBox([self.view, self.group], layout=w.Layout(flex_flow="row wrap")),
                 self.view_help,
@@ -117,7 +117,7 @@ class Dashboard:
         self._drawn: tuple[str, list[Interval]] = ("no steps yet", [])  # the still copy's words and rows, as drawn
         self._updating = False
         self._shown_step: int | None = None  # the step number on show, kept when the run changes
-        self.findings: list[str] = []  # the headline's lines
+        self.findings: list[Finding] = []  # the headline's lines, each with the run it is about
         self.view.observe(lambda _: self._draw_overview(), "value")
         self.group.observe(lambda _: self.refresh(), "value")
         self.run.observe(lambda _: self.refresh(), "value")
@@ -290,14 +290,14 @@ class Dashboard:
             self.overview_fig = self._figs["ranks"] = charts.ranks_figure(
                 self._run_intervals(), selected=self.step.value, fig=self._figs.get("ranks")
             )
-            lines: list[str] = []
+            lines: list[Finding] = []
         elif compared:
             label = run_label(self.run.value)
             header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
             # every run's findings, the selected one's first: a leak in another run stays in view
             ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
-            lines = [f"{name}: {line}" for name, group in ordered if group for line in headline(group).splitlines()]
-            lines += run_comparisons(label, compared)
+            lines = [(name, line) for name, group in ordered if group for line in headline(group).splitlines()]
+            lines += [("", line) for line in run_comparisons(label, compared)]
             at = self.selected()
             steps = sorted({iv.step for _, group in compared for iv in group})
             mark = None
@@ -307,7 +307,7 @@ class Dashboard:
                 compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
             )
         else:
-            lines = headline(ivs).splitlines() if ivs else []
+            lines = [("", line) for line in headline(ivs).splitlines()] if ivs else []
             self.overview_fig = self._figs["overview"] = charts.overview_figure(
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )
@@ -318,7 +318,7 @@ class Dashboard:
         if compared:
             as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
         self._drawn = (as_of, list(self.session.intervals if compared else ivs))  # tabled when the copy is
-        self.header.value = header + "".join(f"<br>{html.escape(line)}" for line in lines)
+        self.header.value = header + findings_html(lines)
         self._overview_png = charts.png(self.overview_fig)
         self.overview.value = self._overview_png
         self._update_still()

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -160,3 +161,55 @@ def and_list(words: Sequence[str]) -> str:
 
 def _middle(values: Sequence[int]) -> int:
     return sorted(values)[len(values) // 2]
+
+
+# a finding's kind, by how its line starts: what the dashboard and the still copy mark it as
+_KINDS: tuple[tuple[str, str], ...] = (
+    ("leak site:", "site"),
+    ("leak:", "leak"),
+    ("kept by", "holder"),
+    ("kept:", "holder"),
+    ("do:", "advice"),
+    ("spike:", "spike"),
+    (NOTHING, "clear"),
+)
+
+
+Finding = tuple[str, str]  # (the run it is about, "" where one run is shown; the finding's line)
+
+
+def findings_html(findings: Sequence[Finding]) -> str:
+    """The findings as the dashboard and its still copy show them, right under the title: one
+    line each, its kind's word in bold and a coloured rule beside it (``FINDINGS_CSS``), so a
+    leak reads at a glance in a light or a dark theme."""
+    out = []
+    for run, line in findings:
+        kind, word = _kind(line)
+        text = f"<b>{html.escape(word)}</b>{html.escape(line[len(word) :])}" if word else html.escape(line)
+        prefix = f"{html.escape(run)}: " if run else ""
+        out.append(f"<div class='memsnap-finding memsnap-{kind}'>{prefix}{text}</div>")
+    return "".join(out)
+
+
+def finding_text(finding: Finding) -> str:
+    """A finding as plain text: ``run: line``, or the line alone."""
+    run, line = finding
+    return f"{run}: {line}" if run else line
+
+
+def _kind(line: str) -> tuple[str, str]:
+    """(kind, the words naming it) of a finding's line; ("other", "") for a comparison of runs."""
+    for start, kind in _KINDS:
+        if line.startswith(start):
+            return kind, start
+    return "other", ""
+
+
+FINDINGS_CSS = (
+    ".memsnap-finding {margin: 2px 0; padding-left: 6px; border-left: 3px solid transparent;"
+    " font-size: 1.05em; line-height: 1.35;} "
+    ".memsnap-leak, .memsnap-holder, .memsnap-site {border-left-color: var(--jp-error-color1, #d32f2f);} "
+    ".memsnap-advice {border-left-color: var(--jp-success-color1, #388e3c);} "
+    ".memsnap-spike {border-left-color: var(--jp-warn-color1, #f57c00);} "
+    ".memsnap-clear {border-left-color: var(--jp-border-color1, #bdbdbd);}"
+)

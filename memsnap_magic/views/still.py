@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..results.intervals import Interval
+from .headline import FINDINGS_CSS, Finding, finding_text, findings_html
 from .report import interval_table
 
 STILL = "memsnap-still"
@@ -29,16 +30,16 @@ _HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputAr
 
 
 def still_bundle(
-    overview_png: bytes, as_of: str, rows: Sequence[Interval], findings: Sequence[str], superseded: bool
+    overview_png: bytes, as_of: str, rows: Sequence[Interval], findings: Sequence[Finding], superseded: bool
 ) -> dict[str, Any]:
     """The still copy's MIME bundle: the overview as drawn ``as_of``, the findings, the table of ``rows``."""
     png = base64.b64encode(overview_png).decode("ascii")
     table = interval_table(rows)
     state = "superseded by a newer dashboard" if superseded else "the live dashboard needs its kernel"
-    shown = "".join(f"<div>{html.escape(line)}</div>" for line in findings)
+    shown = findings_html(findings)
     return {
         "text/html": (
-            f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS}</style>"
+            f"<div class='{STILL}'><style>{_HIDE_WHILE_LIVE} {THEME_CSS} {FINDINGS_CSS}</style>"
             f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
             f"{state}</div>{shown}"
             f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}' "
@@ -49,5 +50,5 @@ def still_bundle(
             f"{html.escape(table)}</pre></div>"
         ),
         "image/png": png,
-        "text/plain": "\n".join([f"memsnap {as_of}", *findings, table]),
+        "text/plain": "\n".join([f"memsnap {as_of}", *map(finding_text, findings), table]),
     }
