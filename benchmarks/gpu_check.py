@@ -1272,7 +1272,7 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
     the file over) and the background writer's (the dump, the summary beside it)."""
     from memsnap_magic.files import layout, snapshot, summaries
     from memsnap_magic.files.writer import Writer
-    from memsnap_magic.recording import recorder
+    from memsnap_magic.recording import dump
     from memsnap_magic.recording.backends.accelerator import AcceleratorBackend
     from memsnap_magic.recording.backends.cpu.backend import CpuBackend
     from memsnap_magic.results import intervals, labels, stacks
@@ -1287,9 +1287,10 @@ def phase_targets(plan: Plan) -> list[tuple[Any, str]]:
         (intervals, "digest"),
         (backend, "end"),
         (intervals, "interval_from_digest"),
+        (dump, "walk_after"),
         (Writer, "submit"),
         (stacks, "keep_user_frames"),
-        (recorder, "_all_cells"),
+        (dump, "_all_cells"),
         (snapshot, "dump_snapshot"),
         (summaries, "write_beside"),
     ]

@@ -468,8 +468,12 @@ def _bar_points(img) -> list[tuple[float, float]]:
     top = int(shot.height * 0.55)  # the peak panel; the kept and size panels lie below
     columns: dict[int, list[int]] = {}
     pixels = shot.load()
+    # inside the panel's frame only (its top spine: the first row mostly dark), below the legend,
+    # whose "this step" swatch has the bars' colour
+    dark = [sum(all(c < 90 for c in pixels[x, y]) for x in range(shot.width)) for y in range(top)]
+    frame = next((y for y, n in enumerate(dark) if n > shot.width // 2), 0)
     for x in range(shot.width):
-        for y in range(top):
+        for y in range(frame + 1, top):
             if all(abs(a - b) <= 12 for a, b in zip(pixels[x, y], want)):
                 columns.setdefault(x, []).append(y)
     runs: list[list[int]] = []
