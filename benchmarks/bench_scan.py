@@ -30,7 +30,7 @@ NAME = "scan"
 
 
 def _folder(root: Path, steps: int, ranks: int, entries: int) -> list[Path]:
-    from memsnap_magic.files.layout import META_KEY
+    from memsnap_magic.files.meta import META_KEY
 
     snap = tiled_cuda_snapshot(entries)
     # a foreign run's files say nothing of their step, the layout does (the recorded step's would

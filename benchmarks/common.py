@@ -292,7 +292,7 @@ def drop_cached() -> None:
 
 def interval_from(snap: dict[str, Any], step: int, path: Path | None = None) -> Any:
     """The ``Interval`` ``Recorder._finish`` builds from ``snap`` (the same function), as step ``step``."""
-    from memsnap_magic.files.layout import META_KEY, Meta
+    from memsnap_magic.files.meta import META_KEY, Meta
     from memsnap_magic.results.intervals import interval_from_snapshot
 
     return interval_from_snapshot({**snap, META_KEY: Meta(step=step, rank=0, device="cpu").to_dict()}, path)

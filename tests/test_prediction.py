@@ -31,7 +31,7 @@ from IPython.core.error import UsageError
 import memsnap_magic
 from memsnap_magic import load_snapshot, summarize
 from memsnap_magic.cli import main as cli_main
-from memsnap_magic.files.layout import SCALE_RESERVED
+from memsnap_magic.files.meta import SCALE_RESERVED
 from memsnap_magic.results.intervals import Interval
 from memsnap_magic.results.prediction import PredictionRefused, auto_capacity, parse_capacity, predict
 from memsnap_magic.results.prediction_words import law_words

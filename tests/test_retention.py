@@ -19,7 +19,7 @@ from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.core.errors import SnapshotError
 from memsnap_magic.files import summaries
-from memsnap_magic.files.layout import Meta
+from memsnap_magic.files.meta import Meta
 from memsnap_magic.files.snapshot import load_snapshot
 from memsnap_magic.recording.retention import LIMIT, find_holders
 from memsnap_magic.results.scan import read_intervals

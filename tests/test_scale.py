@@ -19,7 +19,7 @@ from memsnap_magic import Recorder, session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.core.errors import SnapshotError
 from memsnap_magic.files import summaries
-from memsnap_magic.files.layout import SCALE_RESERVED, Meta
+from memsnap_magic.files.meta import SCALE_RESERVED, Meta
 from memsnap_magic.files.snapshot import load_snapshot
 from memsnap_magic.recording.options import OptionError, from_keywords, parse, parse_config
 from memsnap_magic.results import intervals

@@ -147,7 +147,7 @@ def test_meta_block_holds_every_field_and_copies_what_can_change():
     and changing the block never changes the ``Meta`` it came from."""
     import dataclasses
 
-    from memsnap_magic.files.layout import _RULES, META_KEY, Meta
+    from memsnap_magic.files.meta import _RULES, META_KEY, Meta
 
     meta = Meta(
         step=3,

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core.clean import clean
 from ..core.errors import SnapshotError
-from ..files.layout import Meta
+from ..files.meta import Meta
 from ..files.snapshot import load_snapshot
 from ..results.alive import alive_at
 from ..results.analysis import summarize

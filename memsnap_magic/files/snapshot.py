@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 from ..core.errors import SnapshotError, excerpt
 from ..core.nogc import no_gc
 from .compact import complete
-from .layout import Meta
+from .meta import Meta
 from .schema import validate
 from .writer import wait_for_writes
 

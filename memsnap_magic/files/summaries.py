@@ -46,7 +46,7 @@ import numpy as np
 from ..core.clean import clean
 from ..core.errors import SnapshotError, excerpt
 from ..core.warn import warn_once
-from .layout import META_KEY, Meta
+from .meta import META_KEY, Meta
 from .schema import INT64
 from .snapshot import write_atomically
 from .summary_fields import BYTES, FIELDS, VERSION, list_of, pair

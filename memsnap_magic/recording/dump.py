@@ -16,7 +16,8 @@ from ..core.devices import trace_index
 from ..core.names import shown_path
 from ..core.warn import warn
 from ..files import layout, snapshot
-from ..files.layout import META_KEY, Meta, exception_name, snapshot_path, step_mark
+from ..files.layout import snapshot_path, step_mark
+from ..files.meta import META_KEY, Meta, exception_name
 from ..files.writer import WRITER
 from ..results import intervals, labels, stacks
 from .process_state import STATE, ChainSteps, Device

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from ..core.devices import KINDS
-from ..files.layout import MAX_STEP, NAME_BYTES, SCALE_NAME, SCALE_NAMES, SCALE_RESERVED, TAG_PATTERN
+from ..files.layout import MAX_STEP, NAME_BYTES, TAG_PATTERN
+from ..files.meta import SCALE_NAME, SCALE_NAMES, SCALE_RESERVED
 
 
 class Value:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.categories import OPTIMIZER_STATE
 from ..core.clean import clean
-from ..files.layout import META_KEY
+from ..files.meta import META_KEY
 from ..results.findings import floor
 from .backends.cpu import live_tensors as lt
 

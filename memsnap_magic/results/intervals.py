@@ -19,7 +19,8 @@ from ..core import defaults
 from ..core.categories import MODEL_STATE, category_name
 from ..core.devices import trace_index
 from ..core.errors import SnapshotError, excerpt
-from ..files.layout import Meta, PathInfo, folder_run, parse_path
+from ..files.layout import PathInfo, folder_run, parse_path
+from ..files.meta import Meta
 from ..files.snapshot import load_snapshot
 from ..files.summary_fields import ENCODED, FIELDS
 from .labels import totals

@@ -25,7 +25,7 @@ import numpy as np
 from ..core.names import run_label
 from ..core.nogc import no_gc
 from ..core.units import parse_bytes
-from ..files.layout import SCALE_NAME, SCALE_RESERVED
+from ..files.meta import SCALE_NAME, SCALE_RESERVED
 from ..files.snapshot import load_snapshot
 from .intervals import Interval
 from .prediction_align import Interner, Recording, read_recording
