@@ -32,7 +32,7 @@ def namespace() -> tuple[dict[str, Any], dict[int, int]]:
     that are not parameters nor the input, as a step's kept blocks)."""
     import torch
 
-    from memsnap_magic.recording.backends.cpu.live_tensors import _saved
+    from memsnap_magic.recording.backends.cpu.objects import saved_tensors as _saved
 
     torch.manual_seed(0)
     d, vocab = 256, 8000

@@ -145,7 +145,7 @@ def test_what_modules_keep_besides_tensors_cannot_spend_the_walk_before_their_pa
 
 
 def test_the_walk_knows_torchs_own_module_attributes_without_making_a_module(monkeypatch):
-    from memsnap_magic.recording.backends.cpu.live_tensors import _TORCH_MODULE_ATTRS
+    from memsnap_magic.recording.backends.cpu.objects import TORCH_MODULE_ATTRS as _TORCH_MODULE_ATTRS
 
     assert set(vars(torch.nn.Module())) <= _TORCH_MODULE_ATTRS  # a torch that adds one: add it
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))

@@ -446,8 +446,8 @@ def test_the_walk_reads_every_name_before_what_the_objects_hold(monkeypatch):
         return torch.nn.Identity() if d == 0 else torch.nn.ModuleList([tree(d - 1) for _ in range(10)])
 
     read = []
-    members = live_tensors._module_members
-    monkeypatch.setattr(live_tensors, "_module_members", lambda *a: read.append(1) or members(*a))
+    members = live_tensors.module_members
+    monkeypatch.setattr(live_tensors, "module_members", lambda *a: read.append(1) or members(*a))
     live_storages({"m": tree(5)}, limit=100)
     assert 0 < len(read) <= 100
 

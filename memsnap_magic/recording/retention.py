@@ -27,7 +27,7 @@ from ..core.categories import OPTIMIZER_STATE
 from ..core.clean import clean
 from ..files.meta import META_KEY
 from ..results.findings import floor
-from .backends.cpu import live_tensors as lt
+from .backends.cpu import objects as ob
 
 if TYPE_CHECKING:
     from .backends.base import Names
@@ -40,7 +40,7 @@ BLOCKS = 32  # blocks kept with the row holding them (the step's table names the
 HOPS = 48  # hops of a path kept (a model nested a thousand deep is walked whole, named briefly)
 ELIDED = "elided"  # the hop standing for those left out
 _TYPE_NAME = type.__dict__["__name__"].__get__
-_SKIP = (ModuleType, *lt._SCALARS)
+_SKIP = (ModuleType, *ob.SCALARS)
 _KEYS = (str, int, float, bool, type(None))  # dict keys named by their repr (no code of the user's runs)
 
 # how a hop was taken: what the rules of ``results.holders`` read
@@ -94,7 +94,7 @@ def find_holders(
     objects looked at and why the walk stopped short (``cut``: None when it did not)."""
     import torch
 
-    with lt._no_torch_function():
+    with ob.no_torch_function():
         return _Walk(torch, blocks, device, limit, seconds).run(roots)
 
 
@@ -105,7 +105,7 @@ class _Walk:
         self.seconds = seconds
         kind, _, index = device.partition(":")
         self.device = (kind, int(index) if index.isdigit() else None)
-        self.field = lt._TensorFields(torch)
+        self.field = ob.TensorFields(torch)
         # node: (parent node or -1, how, label value, type name): paths are spelled only for what is found
         self.nodes: list[tuple[int, str, Any, str]] = []
         # whether a node's path passes an item of a container of the user's (a list, a dict):
@@ -126,12 +126,12 @@ class _Walk:
         self.home: Any = None
 
     def run(self, roots: dict[str, Any]) -> dict[str, Any]:
-        self.home = lt._name_of(roots, self.limit)
+        self.home = ob.name_of(roots, self.limit)
         try:
             for n, (key, value) in enumerate(islice(dict.items(roots), self.limit)):
                 if not n & 4095 and self._late():
                     break
-                if type(key) is str and not lt._dunder(key) and not issubclass(type(value), lt._SCALARS):
+                if type(key) is str and not ob.dunder(key) and not issubclass(type(value), ob.SCALARS):
                     self.queue.append((value, DEPTH, -1, NAME, key))
             while self.queue and not self._done():
                 if self.looked >= self.limit:
@@ -184,7 +184,7 @@ class _Walk:
                 return
             if not n & 4095 and n and self._late():  # a list of ten million: the time is checked within
                 return
-            if not issubclass(type(value), lt._SCALARS):
+            if not issubclass(type(value), ob.SCALARS):
                 self.queue.append((value, level, parent, how, label))
 
     def _tensor(self, t: Any, node: int) -> None:
@@ -193,7 +193,7 @@ class _Walk:
         if device.type != self.device[0] or (self.device[1] is not None and device.index != self.device[1]):
             return
         if f.layout(t) != self.torch.strided or f.is_nested(t):
-            for part in lt._buffers(self.torch, t):
+            for part in ob.tensor_buffers(self.torch, t):
                 if part is not t:
                     self._tensor(part, node)
             return
@@ -225,7 +225,7 @@ class _Walk:
                 if made_by is not None:
                     self._graph(made_by, node)
             elif issubclass(kind, torch.nn.Module):
-                attrs = lt.instance_dict(obj)
+                attrs = ob.instance_dict(obj)
                 if attrs is not None:  # a model nested deep is read whole, as the trunk of the namespace
                     self._later(_module_children(attrs), DEPTH - 1, node)
             elif issubclass(kind, torch.optim.Optimizer):
@@ -237,11 +237,11 @@ class _Walk:
             elif level <= 0:
                 return
             elif kind is FunctionType:
-                if lt._is(obj.__module__, self.home) or level == DEPTH:
+                if ob.same_module(obj.__module__, self.home) or level == DEPTH:
                     self._later(_function_children(obj), level - 1, node)
             elif issubclass(kind, type):
-                if lt._is(lt._TYPE_MODULE(obj), self.home):
-                    attrs = lt._CLASS_DICT(obj).items()  # a mappingproxy's own: a metaclass's code is not run
+                if ob.same_module(ob.TYPE_MODULE(obj), self.home):
+                    attrs = ob.CLASS_DICT(obj).items()  # a mappingproxy's own: a metaclass's code is not run
                     self._later(((CLASS_ATTR, k, v) for k, v in attrs if type(k) is str), level - 1, node)
             elif issubclass(kind, dict):  # newest entries first: what a step added is found soonest
                 self._later(((KEY, k, v) for k, v in reversed(dict.items(obj))), level - 1, node)
@@ -250,19 +250,19 @@ class _Walk:
                 last = base.__len__(obj) - 1
                 newest = base.__reversed__(obj)
                 self._later(((ITEM, last - n, v) for n, v in enumerate(newest)), level - 1, node)
-            elif issubclass(kind, lt._CONTAINERS):
-                members = lt._builtin_iter(kind)(obj)
+            elif issubclass(kind, ob.CONTAINERS):
+                members = ob.builtin_iter(kind)(obj)
                 ordered = issubclass(kind, tuple)
                 self._later(((ITEM, n if ordered else None, v) for n, v in enumerate(members)), level - 1, node)
-            elif lt._is_ndarray(kind):
-                self._later(((ATTR, "base", lt._ndarray_base(obj)),), level, node)
-            elif lt._package(kind) in lt._MACHINERY:
+            elif ob.is_ndarray(kind):
+                self._later(((ATTR, "base", ob.ndarray_base(obj)),), level, node)
+            elif ob.package_of(kind) in ob.MACHINERY:
                 return
             else:
-                attrs = lt.instance_dict(obj)
+                attrs = ob.instance_dict(obj)
                 if attrs is not None:
                     self._later(((ATTR, k, v) for k, v in dict.items(attrs) if type(k) is str), level - 1, node)
-                slots = lt._slots(kind)
+                slots = ob.slots_of(kind)
                 if slots:
                     self._later(((ATTR, d.__name__, v) for d, v in _slot_items(obj, slots)), level - 1, node)
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: nothing we can read
@@ -280,7 +280,7 @@ class _Walk:
             if f is None or not self._visit(f, self.contained[saved]):
                 continue
             self.looked += 1
-            for value in lt._saved(f):
+            for value in ob.saved_tensors(f):
                 self._tensor(value, saved)
             stack.extend(g for g, _ in f.next_functions)
 
@@ -388,7 +388,7 @@ def _module_children(attrs: dict[str, Any]) -> Iterable[tuple[str, Any, Any]]:
     for name, value in islice(dict.items(attrs), 4096):
         if type(name) is not str:
             continue
-        role = lt._HELD_IN.get(name)
+        role = ob.HELD_IN.get(name)
         if role is not None:
             if issubclass(type(value), dict):
                 for key, member in dict.items(value):
@@ -396,7 +396,7 @@ def _module_children(attrs: dict[str, Any]) -> Iterable[tuple[str, Any, Any]]:
                         yield HOOK, f".{name}[{_key(key)}]", member
                     else:
                         yield MEMBER, key, member
-        elif name not in lt._TORCH_MODULE_ATTRS:
+        elif name not in ob.TORCH_MODULE_ATTRS:
             yield MODULE_ATTR, name, value
 
 

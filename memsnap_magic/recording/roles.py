@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.categories import GRADIENT, OPTIMIZER_STATE, PARAMETER
 from ..results.labels import Roles, Storages
-from .backends.cpu.live_tensors import instance_dict, module_dicts
+from .backends.cpu.objects import instance_dict, module_dicts
 
 
 def training_objects(namespace: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
