@@ -48,6 +48,7 @@ BENCHMARKS = (
     "write",
     "options",
     "retention",
+    "predict",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -44,6 +44,7 @@ ROWS = (
     "background_write",
     "next_compute_cell",
     "long_steps_line",
+    "predict_vs_load",
     "retention_walk_found",
     "retention_walk_whole",
     "retention_walk_10m",
