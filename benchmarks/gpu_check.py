@@ -43,7 +43,9 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
 9. ``demo``: ``notebooks/demo.ipynb``'s code cells in a subprocess with ``DEVICE`` set to this
    device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations; the run
-   ``fixed`` repeats steps 1-3 without either.
+   ``fixed`` repeats steps 1-3 without either; after the demo's ``%memsnap reset``, each step of
+   run ``leak`` keeps its loss's graph, held by ``history``, and batch 64 is predicted from the
+   steps recorded at batch 2, 4 and 8 (``predict``, as its cell asks).
 10. ``categories``: an MLP + AdamW, then a ``TransformerEncoderLayer`` + AdamW (four times the
    setup's batch, dropout off), on this device in both loop orders (``zero_grad`` first or last):
    ``parameter`` is exactly the parameters' bytes at each step's peak and end, ``gradient`` at the
@@ -82,6 +84,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shlex
 import shutil
 import signal
@@ -1084,13 +1087,23 @@ setup = [n for n, c in enumerate(cells) if re.search(r'^DEVICE = ', c, re.M)]
 assert len(setup) == 1, "the demo's setup cell sets DEVICE once"
 cells[setup[0]] = re.sub(r'^DEVICE = .*$', f'DEVICE = {device!r}', cells[setup[0]], count=1, flags=re.M)
 sh = InteractiveShell.instance(display_pub_class=CapturingDisplayPublisher)
-failed = []
+failed, forgotten = [], []
 for n, code in enumerate(cells):
+    if re.search(r'^%memsnap reset', code, re.M):  # the steps it forgets, as they were
+        forgotten += memsnap_magic.session().to_records()
     res = sh.run_cell(code)
     if not res.success:
         failed.append([n, repr(res.error_before_exec or res.error_in_exec)])
-print("RESULT " + json.dumps({"cells": len(cells), "failed": failed,
-                             "intervals": memsnap_magic.session().to_records(),
+try:
+    p = memsnap_magic.predict(batch=64, capacity="48MiB")  # as the demo's predict cell asks
+    predicted = {"peak_allocated": p.peak_allocated, "recorded": {str(k): v for k, v in p.recorded.items()},
+                 "largest": p.largest(), "growth": [str(g) for g in p.growth[:2]]}
+except ValueError as e:
+    predicted = {"error": str(e)}
+# on a line of its own: a cell ending in an object that displays itself leaves its "Out[N]: " open
+print("\\nRESULT " + json.dumps({"cells": len(cells), "failed": failed,
+                             "intervals": forgotten + memsnap_magic.session().to_records(),
+                             "predicted": predicted,
                              "displayed": [sorted(o["data"]) for o in sh.display_pub.outputs]},
                             default=str))
 """
@@ -1132,10 +1145,24 @@ def section_demo(state: State) -> None:
         "fixed_step3_kept": fixed[3]["kept"] if 3 in fixed else None,
         "show_displayed": any("application/vnd.jupyter.widget-view+json" in d for d in found["displayed"]),
     }
+    # who keeps the memory: each step of run "leak" keeps its loss's graph, held by `history`
+    leak = [r for r in found["intervals"] if r["run"] == "leak"]
+    demo["leak_kept"] = [r["kept"] for r in leak]
+    # the names the paths to what each step kept start from (``history[2].grad_fn → …``)
+    demo["leak_kept_by"] = sorted({re.split(r"[\[.]", row[0])[0] for r in leak for row in r["kept_by"] or ()})
+    # will it fit: batch 2, 4, 8 recorded with scale=, batch 64 predicted above them
+    sized = {r["scale"]["batch"]: r["peak_allocated"] for r in found["intervals"] if (r["scale"] or {}).get("batch")}
+    demo["predicted"] = found["predicted"]
+    leak_ok = [r["step"] for r in leak] == [1, 2, 3, 4] and all(k > 0 for k in demo["leak_kept"])
+    demo["leak_ok"] = leak_ok and demo["leak_kept_by"] == ["history"]
+    demo["fit_ok"] = sorted(sized) == [2, 4, 8] and found["predicted"].get("peak_allocated", 0) > sized[8]
     # the demo's story: step 2 spikes by its 64 MiB temporary; step 3 keeps its 4 MiB activations;
-    # the run "fixed" repeats steps 1-3 with both fixed, in files and figures of its own
+    # the run "fixed" repeats steps 1-3 with both fixed, in files and figures of its own; run
+    # "leak" is named with its holder; batch 64 is predicted from batch 2, 4 and 8
     demo["ok"] = (
-        not found["failed"]
+        demo["leak_ok"]
+        and demo["fit_ok"]
+        and not found["failed"]
         and demo["devices"] == [device_key(state.plan)]
         and spike >= 64 * MiB
         and by_step[3]["kept"] >= 4 * MiB

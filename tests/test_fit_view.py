@@ -111,6 +111,8 @@ def test_a_capacity_far_beyond_the_recorded_sizes_draws_logarithmic_axes(tmp_pat
     narrow = fit_figure(fit_of(s.intervals, truth(40)))  # batch 40 at most: five times the largest recorded
     assert narrow.axes[0].get_xscale() == narrow.axes[0].get_yscale() == "linear"
     assert series(narrow.axes[0], LARGEST)[0] == [40]
+    far = fit_figure(fit_of(s.intervals, 2 * MiB)).axes[0]  # batch 253: the sizes logarithmic, the bytes not
+    assert far.get_xscale() == "log" and far.get_yscale() == "linear" and "batch axis" in far.get_title(loc="left")
     wide = fit_of(s.intervals, "auto")  # the CPU: the memory available now
     assert wide.capacity_from == "the memory available now"
     (ax,) = fit_figure(wide).axes

@@ -71,6 +71,9 @@ def test_json_has_the_documented_keys_and_types(dry_run):
         "text/plain",
     ]
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
+    # the demo's leak named by its holder, and batch 64 predicted from 2, 4, 8 (after its reset)
+    assert data["demo"]["leak_kept_by"] == ["history"] and len(data["demo"]["leak_kept"]) == 4
+    assert data["demo"]["fit_ok"] and data["demo"]["predicted"]["largest"] > 64
     categories = data["categories"]
     assert categories["ok"] and len(categories["steps"]) == 12, categories  # two models, two orders, 3 steps
     block = [f for f in categories["steps"] if f["model"] == "transformer"]

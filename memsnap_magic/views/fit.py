@@ -61,12 +61,21 @@ class Fit:
     note: str = ""  # what is wrong with the capacity asked for (the curve is drawn without it)
 
     @property
-    def log(self) -> bool:
-        """Whether both axes are logarithmic: the sizes shown reach more than ``WIDE`` times the
+    def log_sizes(self) -> bool:
+        """Whether the size axis is logarithmic: the sizes shown reach more than ``WIDE`` times the
         smallest recorded (a capacity far beyond the recorded sizes, as a GPU's against a few
         small batches), where a linear axis would crowd the recorded points into a corner."""
         recorded = [s for s, _, _ in self.points]
         return bool(recorded) and max(recorded + list(self.sizes)) / min(recorded) > WIDE
+
+    @property
+    def log_bytes(self) -> bool:
+        """Whether the byte axis is logarithmic too: the peaks shown span more than ``WIDE`` times."""
+        shown = [b for b in self._bytes() if b > 0]
+        return self.log_sizes and bool(shown) and max(shown) / min(shown) > WIDE
+
+    def _bytes(self) -> list[int]:
+        return [b for _, b, _ in self.points] + list(self.peaks) + [self.capacity or 0]
 
 
 def scaled_dims(intervals: Sequence[Interval]) -> list[str]:
@@ -106,7 +115,7 @@ def fit_of(intervals: Sequence[Interval], capacity: str | int | None = "auto", d
         return Fit(dim, points, why_not=str(e).removeprefix("predict: "), note=note)
     largest = p.largest() if p.capacity is not None else None
     top = max(2 * sizes[-1], round(1.25 * largest) if largest else 0)
-    if top / sizes[0] > WIDE:  # as ``Fit.log`` decides
+    if top / sizes[0] > WIDE:  # as ``Fit.log_sizes`` decides
         grid = np.unique(np.geomspace(sizes[0] / 2, top, POINTS).round(6))
     else:
         grid = np.linspace(1, top, POINTS)
@@ -164,10 +173,11 @@ def fit_figure(fit: Fit, fig: Figure | None = None) -> Figure:
             old.set_yscale("linear")
     fig, (ax,) = reuse_figure(fig, "fit", 4.2, _fit_axes)
     fig.suptitle(f"Will it fit? The step's peak against {fit.dim}", fontsize=TITLE_FONT, y=0.985)
-    log = fit.log
-    ax.set_xscale("log" if log else "linear")
-    ax.set_yscale("log" if log else "linear")
-    panel_title(ax, "Peak allocated memory" + (" (both axes logarithmic)" if log else ""))
+    log_x, log_y = fit.log_sizes, fit.log_bytes
+    ax.set_xscale("log" if log_x else "linear")
+    ax.set_yscale("log" if log_y else "linear")
+    scales = "both axes" if log_y else f"{fit.dim} axis" if log_x else ""
+    panel_title(ax, "Peak allocated memory" + (f" ({scales} logarithmic)" if scales else ""))
     if fit.sizes:
         ax.plot(fit.sizes, fit.peaks, "-", color=RISE, linewidth=1.8, label=PREDICTED)
     xs = [s for s, _, _ in fit.points]
@@ -209,18 +219,18 @@ def fit_figure(fit: Fit, fig: Figure | None = None) -> Figure:
             fontsize=FONT,
             color="gray",
         )
-    _axes(ax, fit, log)
+    _axes(ax, fit, log_x, log_y)
     figure_legend(fig, [ax])
     return fig
 
 
-def _axes(ax: Any, fit: Fit, log: bool) -> None:
+def _axes(ax: Any, fit: Fit, log_x: bool, log_y: bool) -> None:
     """Logarithmic axes in powers of two (batch sizes read there, bytes in whole units), else
     linear from 0; with points alone, a tick at each recorded size."""
     ax.set_xlabel(fit.dim)
     ax.grid(alpha=0.3)
     ax.set_axisbelow(True)
-    if log:
+    if log_x:
         ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))
         ax.xaxis.set_minor_locator(NullLocator())
     else:
@@ -228,12 +238,12 @@ def _axes(ax: Any, fit: Fit, log: bool) -> None:
         if not fit.sizes:
             ax.xaxis.set_major_locator(FixedLocator(sorted({s for s, _, _ in fit.points})))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
-    shown = [b for _, b, _ in fit.points] + list(fit.peaks) + [fit.capacity or 0]
-    if log:
+    shown = fit._bytes()
+    if log_y:
         ax.yaxis.set_major_locator(LogLocator(base=2, numticks=7))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(BYTES)
-        ax.set_ylim(min(b for b in shown if b > 0) / 1.5, max(shown) * 3)  # room for the labels above
+        ax.set_ylim(min(b for b in shown if b > 0) / 1.5, max(shown) * 2)  # room for the labels above
     else:
         byte_axis(ax)
         ax.set_ylim(0, max(shown) * 1.12)
