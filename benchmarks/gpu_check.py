@@ -67,6 +67,17 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    must be named by its holder and pattern, each step's kept bytes exact (known without the walk:
    by construction, the optimizer's own state, ``saved_tensors_hooks``) and every one of them
    reached by a path; each healthy twin must claim nothing.
+14. ``prediction``: issue 42's answer tried (``gpu_predict.fit_under_cap``, in a process of its
+   own): a ``TransformerEncoderLayer`` of the setup's size + head + AdamW recorded at a few batch
+   sizes with ``scale=batch:N``; the largest batch predicted to fit under a cap the allocator
+   enforces (``torch.cuda.set_per_process_memory_fraction``: it bounds what is *reserved*, so the
+   largest reserved-minus-allocated gap seen at the recorded steps is taken off the cap and the
+   margin left is stated) must run, and 10 % more must raise ``OutOfMemoryError``. The CPU has no
+   cap to hit: the dry run records both batches and compares their peaks with the cap.
+15. ``prediction_accuracy``: ``gpu_predict.check``: each workload of ``tests/predict_workloads.py``
+   predicted at its target from smaller sizes (each size its own process), against the target's
+   own recording and ``max_memory_allocated``: within 5 %, the branching step refused (skipped
+   in the dry run).
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -139,6 +150,9 @@ class Plan:
     section_timeout_s: int
     retention_width: int  # the planted leaks' MLP width and batch (``leak_scenarios``)
     retention_batch: int
+    predict_cap: int  # bytes: the cap the largest batch is predicted under (``prediction``)
+    predict_sizes: tuple[int, ...]  # the batch sizes recorded for it
+    predict_cases: tuple[str, ...]  # ``gpu_predict``'s workloads checked (``prediction_accuracy``)
 
     @property
     def dry_run(self) -> bool:
@@ -161,6 +175,9 @@ GPU_PLAN = Plan(
     section_timeout_s=150,
     retention_width=1024,
     retention_batch=1024,
+    predict_cap=1 << 30,  # a batch of a few hundred: a few times the largest recorded, not a hundred
+    predict_sizes=(8, 16, 32, 64),  # a fourth size: the leave-one-out error too
+    predict_cases=("mlp", "transformer", "encoder", "conv", "branch"),
 )
 DRY_PLAN = Plan(
     device="cpu",
@@ -178,6 +195,9 @@ DRY_PLAN = Plan(
     section_timeout_s=60,
     retention_width=256,
     retention_batch=1024,
+    predict_cap=4 * MiB,
+    predict_sizes=(2, 4, 8),
+    predict_cases=(),  # a process per size and workload: minutes on 2 cores
 )
 
 
@@ -1032,6 +1052,52 @@ def section_retention(state: State) -> None:
     state.results["retention"] = {"scenarios": found, "ok": len(found) == 8 and all(f["ok"] for f in found)}
 
 
+PREDICT_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])  # benchmarks/, where gpu_predict lives
+import gpu_predict
+print("\\nRESULT " + json.dumps(gpu_predict.fit_under_cap(**json.loads(sys.argv[2])), default=str))
+"""
+
+
+def section_prediction(state: State) -> None:
+    """The largest batch of a transformer block predicted to fit under a cap: it must run, 10 %
+    more must not (``gpu_predict.fit_under_cap``, in a fresh process: the cap stays set there)."""
+    plan = state.plan
+    work = state.work_dir / "prediction"
+    work.mkdir(parents=True, exist_ok=True)
+    asked = {
+        "device": plan.device,
+        "out": str(work / "steps"),
+        "cap": plan.predict_cap,
+        "d_model": plan.d_model,
+        "nhead": plan.nhead,
+        "ff": plan.ff,
+        "seq": plan.seq,
+        "sizes": list(plan.predict_sizes),
+    }
+    timeout = max(10, plan.section_timeout_s - 10)
+    found = run_probe(PREDICT_PROBE, [str(REPO_ROOT / "benchmarks"), json.dumps(asked)], work, timeout)
+    state.results["prediction"] = found
+
+
+def section_prediction_accuracy(state: State) -> None:
+    """``gpu_predict.check`` over this plan's workloads: each predicted at its target from smaller
+    sizes, against its own recording; the branching one refused."""
+    import gpu_predict
+
+    plan = state.plan
+    if not plan.predict_cases:
+        reason = "the workloads' sizes are a GPU's (benchmarks/gpu_predict.py --device cpu runs them)"
+        state.results["prediction_accuracy"] = {"skipped": True, "reason": reason}
+        return
+    cases = tuple(c for c in gpu_predict.CASES if c[0] in plan.predict_cases)
+    work = state.work_dir / "prediction_accuracy"
+    work.mkdir(parents=True, exist_ok=True)
+    rows = gpu_predict.check(plan.device, work, jobs=2 if plan.dry_run else 4, cases=cases)
+    state.results["prediction_accuracy"] = {"rows": rows, "ok": gpu_predict.accurate(rows)}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -1542,6 +1608,8 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("newer_options", section_newer_options),
     ("files", section_files),
     ("retention", section_retention),
+    ("prediction", section_prediction),
+    ("prediction_accuracy", section_prediction_accuracy),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1620,6 +1688,8 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "newer_options_ok": (results.get("newer_options") or {}).get("ok"),
         "files_ok": (results.get("files") or {}).get("ok"),
         "retention_ok": (results.get("retention") or {}).get("ok"),
+        "prediction_fits_ok": (results.get("prediction") or {}).get("ok"),
+        "prediction_accurate": (results.get("prediction_accuracy") or {}).get("ok"),
     }
 
 
@@ -1673,6 +1743,19 @@ def print_summary(results: dict[str, Any]) -> None:
     if retention:
         said = [f"{r['scenario']}{' twin' if r['healthy'] else ''} {'ok' if r['ok'] else 'FAILED'}" for r in retention]
         print("retention: " + " · ".join(said))
+    fit = results.get("prediction") or {}
+    if fit.get("largest"):
+        print(
+            f"prediction: batch {fit['largest']} predicted to fit {fmt_mib(fit['cap']).strip()} MiB "
+            f"(gap {fmt_mib(fit['gap']).strip()} MiB, margin {fmt_mib(fit['margin']).strip()} MiB): "
+            f"ran={fit['largest_ran']['fits']} · batch {fit['bigger']}: ran={fit['bigger_ran']['fits']} (must not)"
+        )
+    accuracy = (results.get("prediction_accuracy") or {}).get("rows") or []
+    if accuracy:
+        said = [f"{r['workload']} {'refused' if 'refused' in r else format(r['error'], '+.2%')}" for r in accuracy]
+        print("prediction accuracy: " + " · ".join(said))
+    if (results.get("prediction_accuracy") or {}).get("skipped"):
+        print(f"prediction accuracy: skipped ({results['prediction_accuracy']['reason']})")
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
         print(f"section {e['section']} FAILED: {e['error']}")
