@@ -43,7 +43,9 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    the magic must refuse with a ``UsageError`` naming it (skipped on the CPU).
 9. ``demo``: ``notebooks/demo.ipynb``'s code cells in a subprocess with ``DEVICE`` set to this
    device; step 2 must spike by its 64 MiB temporary and step 3 keep its activations; the run
-   ``fixed`` repeats steps 1-3 without either.
+   ``fixed`` repeats steps 1-3 without either; after the demo's ``%memsnap reset``, each step of
+   run ``leak`` keeps its loss's graph, held by ``history``, and batch 64 is predicted from the
+   steps recorded at batch 2, 4 and 8 (``predict``, as its cell asks).
 10. ``categories``: an MLP + AdamW, then a ``TransformerEncoderLayer`` + AdamW (four times the
    setup's batch, dropout off), on this device in both loop orders (``zero_grad`` first or last):
    ``parameter`` is exactly the parameters' bytes at each step's peak and end, ``gradient`` at the
@@ -65,6 +67,17 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    must be named by its holder and pattern, each step's kept bytes exact (known without the walk:
    by construction, the optimizer's own state, ``saved_tensors_hooks``) and every one of them
    reached by a path; each healthy twin must claim nothing.
+14. ``prediction``: issue 42's answer tried (``gpu_predict.fit_under_cap``, in a process of its
+   own): a ``TransformerEncoderLayer`` of the setup's size + head + AdamW recorded at a few batch
+   sizes with ``scale=batch:N``; the largest batch predicted to fit under a cap the allocator
+   enforces (``torch.cuda.set_per_process_memory_fraction``: it bounds what is *reserved*, so the
+   largest reserved-minus-allocated gap seen at the recorded steps is taken off the cap and the
+   margin left is stated) must run, and 10 % more must raise ``OutOfMemoryError``. The CPU has no
+   cap to hit: the dry run records both batches and compares their peaks with the cap.
+15. ``prediction_accuracy``: ``gpu_predict.check``: each workload of ``tests/predict_workloads.py``
+   predicted at its target from smaller sizes (each size its own process), against the target's
+   own recording and ``max_memory_allocated``: within 5 %, the branching step refused (skipped
+   in the dry run).
 
 Each section is wrapped (and cut by SIGALRM when it overruns; ``--budget-s``, default 420 s,
 bounds the whole run): a failure is recorded (with its traceback) under ``errors`` in
@@ -82,6 +95,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shlex
 import shutil
 import signal
@@ -136,6 +150,9 @@ class Plan:
     section_timeout_s: int
     retention_width: int  # the planted leaks' MLP width and batch (``leak_scenarios``)
     retention_batch: int
+    predict_cap: int  # bytes: the cap the largest batch is predicted under (``prediction``)
+    predict_sizes: tuple[int, ...]  # the batch sizes recorded for it
+    predict_cases: tuple[str, ...]  # ``gpu_predict``'s workloads checked (``prediction_accuracy``)
 
     @property
     def dry_run(self) -> bool:
@@ -158,6 +175,9 @@ GPU_PLAN = Plan(
     section_timeout_s=150,
     retention_width=1024,
     retention_batch=1024,
+    predict_cap=1 << 30,  # a batch of a few hundred: a few times the largest recorded, not a hundred
+    predict_sizes=(8, 16, 32, 64),  # a fourth size: the leave-one-out error too
+    predict_cases=("mlp", "transformer", "encoder", "conv", "branch"),
 )
 DRY_PLAN = Plan(
     device="cpu",
@@ -175,6 +195,9 @@ DRY_PLAN = Plan(
     section_timeout_s=60,
     retention_width=256,
     retention_batch=1024,
+    predict_cap=4 * MiB,
+    predict_sizes=(2, 4, 8),
+    predict_cases=(),  # a process per size and workload: minutes on 2 cores
 )
 
 
@@ -1029,6 +1052,52 @@ def section_retention(state: State) -> None:
     state.results["retention"] = {"scenarios": found, "ok": len(found) == 8 and all(f["ok"] for f in found)}
 
 
+PREDICT_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])  # benchmarks/, where gpu_predict lives
+import gpu_predict
+print("\\nRESULT " + json.dumps(gpu_predict.fit_under_cap(**json.loads(sys.argv[2])), default=str))
+"""
+
+
+def section_prediction(state: State) -> None:
+    """The largest batch of a transformer block predicted to fit under a cap: it must run, 10 %
+    more must not (``gpu_predict.fit_under_cap``, in a fresh process: the cap stays set there)."""
+    plan = state.plan
+    work = state.work_dir / "prediction"
+    work.mkdir(parents=True, exist_ok=True)
+    asked = {
+        "device": plan.device,
+        "out": str(work / "steps"),
+        "cap": plan.predict_cap,
+        "d_model": plan.d_model,
+        "nhead": plan.nhead,
+        "ff": plan.ff,
+        "seq": plan.seq,
+        "sizes": list(plan.predict_sizes),
+    }
+    timeout = max(10, plan.section_timeout_s - 10)
+    found = run_probe(PREDICT_PROBE, [str(REPO_ROOT / "benchmarks"), json.dumps(asked)], work, timeout)
+    state.results["prediction"] = found
+
+
+def section_prediction_accuracy(state: State) -> None:
+    """``gpu_predict.check`` over this plan's workloads: each predicted at its target from smaller
+    sizes, against its own recording; the branching one refused."""
+    import gpu_predict
+
+    plan = state.plan
+    if not plan.predict_cases:
+        reason = "the workloads' sizes are a GPU's (benchmarks/gpu_predict.py --device cpu runs them)"
+        state.results["prediction_accuracy"] = {"skipped": True, "reason": reason}
+        return
+    cases = tuple(c for c in gpu_predict.CASES if c[0] in plan.predict_cases)
+    work = state.work_dir / "prediction_accuracy"
+    work.mkdir(parents=True, exist_ok=True)
+    rows = gpu_predict.check(plan.device, work, jobs=2 if plan.dry_run else 4, cases=cases)
+    state.results["prediction_accuracy"] = {"rows": rows, "ok": gpu_predict.accurate(rows)}
+
+
 def run_probe(code: str, args: list[str], cwd: Path, timeout_s: int, **env: str) -> dict[str, Any]:
     """Run ``code`` in a fresh Python process with this checkout importable and ``env`` added;
     return the JSON it printed on its ``RESULT `` line."""
@@ -1084,13 +1153,23 @@ setup = [n for n, c in enumerate(cells) if re.search(r'^DEVICE = ', c, re.M)]
 assert len(setup) == 1, "the demo's setup cell sets DEVICE once"
 cells[setup[0]] = re.sub(r'^DEVICE = .*$', f'DEVICE = {device!r}', cells[setup[0]], count=1, flags=re.M)
 sh = InteractiveShell.instance(display_pub_class=CapturingDisplayPublisher)
-failed = []
+failed, forgotten = [], []
 for n, code in enumerate(cells):
+    if re.search(r'^%memsnap reset', code, re.M):  # the steps it forgets, as they were
+        forgotten += memsnap_magic.session().to_records()
     res = sh.run_cell(code)
     if not res.success:
         failed.append([n, repr(res.error_before_exec or res.error_in_exec)])
-print("RESULT " + json.dumps({"cells": len(cells), "failed": failed,
-                             "intervals": memsnap_magic.session().to_records(),
+try:
+    p = memsnap_magic.predict(batch=64, capacity="48MiB")  # as the demo's predict cell asks
+    predicted = {"peak_allocated": p.peak_allocated, "recorded": {str(k): v for k, v in p.recorded.items()},
+                 "largest": p.largest(), "growth": [str(g) for g in p.growth[:2]]}
+except ValueError as e:
+    predicted = {"error": str(e)}
+# on a line of its own: a cell ending in an object that displays itself leaves its "Out[N]: " open
+print("\\nRESULT " + json.dumps({"cells": len(cells), "failed": failed,
+                             "intervals": forgotten + memsnap_magic.session().to_records(),
+                             "predicted": predicted,
                              "displayed": [sorted(o["data"]) for o in sh.display_pub.outputs]},
                             default=str))
 """
@@ -1132,10 +1211,24 @@ def section_demo(state: State) -> None:
         "fixed_step3_kept": fixed[3]["kept"] if 3 in fixed else None,
         "show_displayed": any("application/vnd.jupyter.widget-view+json" in d for d in found["displayed"]),
     }
+    # who keeps the memory: each step of run "leak" keeps its loss's graph, held by `history`
+    leak = [r for r in found["intervals"] if r["run"] == "leak"]
+    demo["leak_kept"] = [r["kept"] for r in leak]
+    # the names the paths to what each step kept start from (``history[2].grad_fn → …``)
+    demo["leak_kept_by"] = sorted({re.split(r"[\[.]", row[0])[0] for r in leak for row in r["kept_by"] or ()})
+    # will it fit: batch 2, 4, 8 recorded with scale=, batch 64 predicted above them
+    sized = {r["scale"]["batch"]: r["peak_allocated"] for r in found["intervals"] if (r["scale"] or {}).get("batch")}
+    demo["predicted"] = found["predicted"]
+    leak_ok = [r["step"] for r in leak] == [1, 2, 3, 4] and all(k > 0 for k in demo["leak_kept"])
+    demo["leak_ok"] = leak_ok and demo["leak_kept_by"] == ["history"]
+    demo["fit_ok"] = sorted(sized) == [2, 4, 8] and found["predicted"].get("peak_allocated", 0) > sized[8]
     # the demo's story: step 2 spikes by its 64 MiB temporary; step 3 keeps its 4 MiB activations;
-    # the run "fixed" repeats steps 1-3 with both fixed, in files and figures of its own
+    # the run "fixed" repeats steps 1-3 with both fixed, in files and figures of its own; run
+    # "leak" is named with its holder; batch 64 is predicted from batch 2, 4 and 8
     demo["ok"] = (
-        not found["failed"]
+        demo["leak_ok"]
+        and demo["fit_ok"]
+        and not found["failed"]
         and demo["devices"] == [device_key(state.plan)]
         and spike >= 64 * MiB
         and by_step[3]["kept"] >= 4 * MiB
@@ -1515,6 +1608,8 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("newer_options", section_newer_options),
     ("files", section_files),
     ("retention", section_retention),
+    ("prediction", section_prediction),
+    ("prediction_accuracy", section_prediction_accuracy),
     ("async_allocator", section_async_allocator),
     ("demo", section_demo),
 )
@@ -1593,6 +1688,8 @@ def summarize_checks(results: dict[str, Any]) -> dict[str, Any]:
         "newer_options_ok": (results.get("newer_options") or {}).get("ok"),
         "files_ok": (results.get("files") or {}).get("ok"),
         "retention_ok": (results.get("retention") or {}).get("ok"),
+        "prediction_fits_ok": (results.get("prediction") or {}).get("ok"),
+        "prediction_accurate": (results.get("prediction_accuracy") or {}).get("ok"),
     }
 
 
@@ -1646,6 +1743,19 @@ def print_summary(results: dict[str, Any]) -> None:
     if retention:
         said = [f"{r['scenario']}{' twin' if r['healthy'] else ''} {'ok' if r['ok'] else 'FAILED'}" for r in retention]
         print("retention: " + " · ".join(said))
+    fit = results.get("prediction") or {}
+    if fit.get("largest"):
+        print(
+            f"prediction: batch {fit['largest']} predicted to fit {fmt_mib(fit['cap']).strip()} MiB "
+            f"(gap {fmt_mib(fit['gap']).strip()} MiB, margin {fmt_mib(fit['margin']).strip()} MiB): "
+            f"ran={fit['largest_ran']['fits']} · batch {fit['bigger']}: ran={fit['bigger_ran']['fits']} (must not)"
+        )
+    accuracy = (results.get("prediction_accuracy") or {}).get("rows") or []
+    if accuracy:
+        said = [f"{r['workload']} {'refused' if 'refused' in r else format(r['error'], '+.2%')}" for r in accuracy]
+        print("prediction accuracy: " + " · ".join(said))
+    if (results.get("prediction_accuracy") or {}).get("skipped"):
+        print(f"prediction accuracy: skipped ({results['prediction_accuracy']['reason']})")
     print("checks: " + " · ".join(f"{k}={v}" for k, v in results["checks"].items()))
     for e in results["errors"]:
         print(f"section {e['section']} FAILED: {e['error']}")

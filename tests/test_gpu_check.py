@@ -71,6 +71,9 @@ def test_json_has_the_documented_keys_and_types(dry_run):
         "text/plain",
     ]
     assert data["demo"]["ok"] and data["demo"]["failed"] == [] and data["demo"]["devices"] == ["cpu"]
+    # the demo's leak named by its holder, and batch 64 predicted from 2, 4, 8 (after its reset)
+    assert data["demo"]["leak_kept_by"] == ["history"] and len(data["demo"]["leak_kept"]) == 4
+    assert data["demo"]["fit_ok"] and data["demo"]["predicted"]["largest"] > 64
     categories = data["categories"]
     assert categories["ok"] and len(categories["steps"]) == 12, categories  # two models, two orders, 3 steps
     block = [f for f in categories["steps"] if f["model"] == "transformer"]
@@ -88,6 +91,15 @@ def test_json_has_the_documented_keys_and_types(dry_run):
         ("optimizer", False, "schedulers", "optimizer"),
         *((name, True, None, None) for name in ("losses", "cache", "hook", "optimizer")),
     }
+    # will it fit: the largest batch predicted under the cap runs under it, 10 % more does not (the
+    # CPU enforces no cap: each batch's recorded peak against it); the CPU rounds nothing, no gap
+    fit = data["prediction"]
+    assert fit["ok"] and fit["largest"] > max(fit["sizes"]) and fit["bigger"] == -(-fit["largest"] * 11 // 10)
+    assert fit["gap"] == 0 and fit["margin"] == fit["cap"] - fit["predicted_blocks"] >= 0
+    assert fit["largest_ran"] == {"fits": True, "peak_allocated": fit["predicted_blocks"]}  # to the byte
+    assert fit["bigger_ran"] == {"fits": False, "peak_allocated": fit["predicted_bigger"]}
+    assert data["prediction_accuracy"]["skipped"] is True  # a process per workload and size: the GPU's
+    assert data["checks"]["prediction_fits_ok"] is True and data["checks"]["prediction_accurate"] is None
     assert all(s["ok"] for s in data["sections"].values())
     steps = data["steps"]
     assert len(steps) >= 5
@@ -194,3 +206,15 @@ def test_verify_reset_on_hand_made_traces(gpu_check):
     assert blind["own_leak_seen"] is False and not blind["verified"]
     # an empty trace proves nothing
     assert not gpu_check.verify_reset([], (900, 2000), set(), [], None)["verified"]
+
+
+def test_prediction_accuracy_is_judged_within_five_percent_and_the_branch_refused(gpu_check):
+    import gpu_predict  # beside gpu_check, on the path it puts there
+
+    mlp = {"workload": "mlp", "error": 0.01, "blocks_error": -0.02}
+    branch = {"workload": "branch", "refused": "step 1 …"}
+    assert gpu_predict.accurate([mlp, branch])
+    assert not gpu_predict.accurate([{**mlp, "error": 0.06}, branch])
+    assert not gpu_predict.accurate([{**mlp, "blocks_error": 0.051}, branch])  # the allocator's peak too
+    assert not gpu_predict.accurate([mlp, {"workload": "branch", "error": 0.0}])  # a branch predicted
+    assert not gpu_predict.accurate([])

@@ -706,7 +706,7 @@ def test_memsnap_alone_or_help_lists_the_commands(shell, capsys, line):
     assert all(f"%memsnap {c.usage}" in out for c in COMMANDS.values()) and "%%memsnap [key=value ...]" in out
 
 
-@pytest.mark.parametrize("command", ["list", "show", "reset", "off"])
+@pytest.mark.parametrize("command", ["list", "reset", "off"])  # show: view= (test_fit_view)
 def test_commands_without_arguments_refuse_words_after_them(shell, command):
     with pytest.raises(UsageError, match=f"%memsnap {command} takes nothing after it, not 'extra'"):
         shell.run_line_magic("memsnap", f"{command} extra")

@@ -94,14 +94,19 @@ def test_an_html_export_without_widget_state_shows_the_still_copy(executed):
     bare = copy.deepcopy(nb)
     bare.metadata.pop("widgets", None)  # as JupyterLab saves by default
     body, _ = HTMLExporter().from_notebook_node(bare)
-    first, last = body.index("still copy as of"), body.rindex("still copy as of")
-    # the first dashboard was superseded once the second was shown; the second holds both runs
+    first, second, last = [m.start() for m in re.finditer("still copy as of", body)]
+    # each dashboard was superseded once the next was made; the second holds both runs as drawn then
     assert "superseded by a newer dashboard" in body[first : first + 300]
-    assert "as of step 3 (3 steps) in run fixed, 2 runs compared" in body[last : last + 300]
-    assert "fixed vs this session on steps 1–3: largest peak change at step 2" in body[last : last + 3000]
-    assert "data:image/png;base64,iVBOR" in body[last : last + 6000]
-    table = body[body.index("cum. peak", last) - 400 :]
+    assert "as of step 3 (3 steps) in run fixed, 2 runs compared" in body[second : second + 300]
+    assert "superseded by a newer dashboard" in body[second : second + 300]
+    assert "fixed vs this session on steps 1–3: largest peak change at step 2" in body[second : second + 3000]
+    assert "data:image/png;base64,iVBOR" in body[second : second + 6000]
+    table = body[body.index("cum. peak", second) - 400 :]
     assert "run" in table[:500] and "this session" in table and "fixed" in table
+    # the last, the fit view: its picture and its words, where no widget shows
+    assert "the live dashboard needs its kernel" in body[last : last + 300]
+    assert "memsnap fit: the step" in body[last : last + 6000] and "fit over batch=2, 4, 8" in body[last : last + 3000]
+    assert "the largest batch predicted to fit is" in body[last : last + 3000]
 
 
 def test_demo_dashboard_survives_in_saved_widget_state(executed):
@@ -112,11 +117,16 @@ def test_demo_dashboard_survives_in_saved_widget_state(executed):
     # the first, shown after step 3, kept updating through step 10 in its still copy, then was superseded
     old = first.outputs[1]["data"]["text/plain"]
     assert "as of step 3 (3 steps) in run fixed, 2 runs compared" in old, old
+    # the second, superseded before the steps after it were recorded: its picture of the two runs stays
     data, still = (o["data"] for o in second.outputs[:2])
     assert "application/vnd.jupyter.widget-view+json" in data
     assert base64.b64decode(still["image/png"])[:4] == b"\x89PNG"  # for GitHub, nbconvert, reopening
     assert "memsnap-still" in still["text/html"] and "2 runs compared" in still["text/plain"]
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    note = state[data["application/vnd.jupyter.widget-view+json"]["model_id"]]["state"]["children"][0]
+    assert state[note.removeprefix("IPY_MODEL_")]["state"]["value"].startswith("<i>superseded by a newer dashboard")
+    (last,) = (c for c in nb.cells if c.cell_type == "code" and c.source.startswith('board.view.value = "fit"'))
+    data, still = (o["data"] for o in last.outputs[:2])
 
     def tree(model_id: str) -> list[dict]:
         model = state[model_id]
@@ -128,11 +138,30 @@ def test_demo_dashboard_survives_in_saved_widget_state(executed):
     assert "memsnap-dashboard" in state[root_id]["state"]["_dom_classes"]
     names = [m["model_name"] for m in live]
     assert "ToggleButtonsModel" in names and names.count("DropdownModel") == 3  # rank/device, run, step
+    (views,) = (m["state"] for m in live if m["model_name"] == "ToggleButtonsModel")
+    assert views["_options_labels"][-1] == "fit" and views["index"] == len(views["_options_labels"]) - 1
+    assert [m["state"]["value"] for m in live if m["model_name"] == "TextModel"] == ["48MiB"]  # the capacity
     pngs = [base64.b64decode(m["buffers"][0]["data"]) for m in live if m["model_name"] == "ImageModel"]
     assert len(pngs) == 2 and all(p[:4] == b"\x89PNG" and len(p) > 5000 for p in pngs)
+    assert pngs[0] == base64.b64decode(still["image/png"])  # the fit's picture, in the widget and its still copy
     dropdowns = {m["state"].get("description"): m["state"] for m in live if m["model_name"] == "DropdownModel"}
-    assert dropdowns["run"]["_options_labels"] == ["this session", "fixed"]
-    assert dropdowns["step"]["_options_labels"] == ["1", "2", "3"]  # following the newest step, in its run
+    assert dropdowns["run"]["_options_labels"] == ["leak", "b2", "b4", "b8"]  # after the reset
+    assert dropdowns["step"]["_options_labels"] == ["1"]  # following the newest step, in its run
+
+
+def test_demo_names_who_keeps_the_leak_and_predicts_a_larger_batch(executed):
+    nb, cwd = ran(executed, "demo.ipynb")
+    printed = {c.source: "".join(o.get("text", "") for o in c.outputs) for c in nb.cells if c.cell_type == "code"}
+    listed = printed["%memsnap list"]  # the last of the cells of that source: the leak's
+    assert "leak: steps 1–4 each kept +2.0 MiB" in listed
+    assert "kept by `history` (list): +2.0 MiB per step, each item's autograd graph" in listed
+    assert "do: keep `loss.item()` (a number) or `.detach()` in `history`" in listed
+    predicted = printed["%memsnap predict batch=64 capacity=48MiB"]
+    assert predicted.startswith("memsnap predict: step 1 at batch=64: peak ") and "from batch=2, 4, 8" in predicted
+    assert "grows: `train_batch` (cell In[" in predicted and "65,536 × batch bytes" in predicted
+    assert re.search(r"capacity 48.0 MiB \(given\): fits \(.*\); the largest batch predicted to fit: \d", predicted)
+    runs = {p.relative_to(cwd / "memsnap").parts[:2] for p in (cwd / "memsnap").glob("*/step*/*.pickle")}
+    assert runs >= {("leak", f"step{n}") for n in range(1, 5)} | {(f"b{b}", "step1") for b in (2, 4, 8)}
 
 
 def test_ranks_notebook_writes_one_file_per_engine_and_compares_them(executed):

@@ -168,7 +168,18 @@ class MemsnapMagics(Magics):
     def _show(self, rest: str) -> None:
         from ..views.dashboard import dashboard  # here: widgets and matplotlib load when first shown
 
-        display(dashboard(STATE.session))
+        view = None
+        for word in shlex.split(rest):
+            key, sep, value = word.partition("=")
+            if key != "view" or not sep or view is not None:
+                why = "view= given twice" if key == "view" and view is not None else f"not {word!r}"
+                raise UsageError(f"%memsnap show: {why}; give view=NAME (interval, cumulative, both, categories, fit)")
+            view = value
+        try:
+            shown = dashboard(STATE.session, view)
+        except ValueError as e:
+            raise UsageError(f"%memsnap show: {str(e).removeprefix('dashboard: ')}") from None
+        display(shown)
 
     def _load(self, rest: str) -> None:
         try:
@@ -249,7 +260,9 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "show": Command(MemsnapMagics._show, "show", "dashboard: per-step vs cumulative peaks, step detail"),
+    "show": Command(
+        MemsnapMagics._show, "show [view=NAME]", "dashboard: per-step vs cumulative peaks, step detail (view=fit)"
+    ),
     "load": Command(
         MemsnapMagics._load, "load PATH ... [as=NAME]", "add dumps (files, folders; verl's layout) as a run to compare"
     ),

@@ -32,10 +32,11 @@ from .explain import (
     run_comparisons,
     usage_line,
 )
+from .fit import Fit, fit_figure, fit_of, fit_words, scaled_dims
 from .headline import FINDINGS_CSS, Finding, findings_html, headline
 from .pointing import bar_at
 from .report import interval_table
-from .still import MAX_WIDTH, THEME_CSS, still_bundle
+from .still import FIT_ALT, MAX_WIDTH, OVERVIEW_ALT, THEME_CSS, still_bundle
 from .words import count_of
 
 ALL_RANKS = "all"
@@ -50,17 +51,25 @@ VIEW_MEANS = {  # the caption under the view buttons: what the view chosen shows
     "both": "both: each step's own peak beside what a never-cleared snapshot would hold by then",
     "categories": "by category: each step's peak split into parameters, gradients, optimizer state, "
     "activations and other",
+    "fit": "fit: every step recorded with scale= at the size it ran at, the peak predicted at other sizes "
+    "(the step replayed), the capacity, and the largest size predicted to fit (all runs and ranks)",
 }
 POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
 RUN_FINDINGS = 4  # runs whose findings the header lists when runs are compared
 _VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
+FIT = ("fit", "fit")  # offered where a step was recorded with scale=
+CAPACITY_HINT = "auto, 80GiB or bytes"
 
 
 class Dashboard:
     """Overview of every step, a view control, and the selected step's timeline and top blocks."""
 
-    def __init__(self, session: Session | None = None) -> None:
+    def __init__(self, session: Session | None = None, view: str | None = None) -> None:
         self.session = session if session is not None else STATE.session
+        if view is not None and view not in (value for _, value in offered_views(self.session)):
+            offered = ", ".join(value for _, value in offered_views(self.session))
+            fit = "" if FIT in offered_views(self.session) else " (fit: where a step was recorded with scale=)"
+            raise ValueError(f"dashboard: view={view!r} is not one of {offered}{fit}")
         labels = {"description_width": "70px"}  # both controls' labels line up
         self.view = w.ToggleButtons(
             options=list(_VIEW_LABELS.items()),
@@ -69,6 +78,15 @@ class Dashboard:
             style=dict(labels, button_width="110px"),
         )
         self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
+        # the fit view's capacity: what the largest size that fits is asked against
+        self.capacity = w.Text(
+            value="auto",
+            description="capacity",
+            placeholder=CAPACITY_HINT,
+            continuous_update=False,
+            layout=w.Layout(display="none", width="230px"),
+            style=labels,
+        )
         self.group = w.Dropdown(
             description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
         )
@@ -92,7 +110,7 @@ class Dashboard:
             [
                 w.HTML(f"<style>{THEME_CSS} {FINDINGS_CSS}</style>"),
                 self.header,
-                w.HBox([self.view, self.group], layout=w.Layout(flex_flow="row wrap")),
+                w.HBox([self.view, self.group, self.capacity], layout=w.Layout(flex_flow="row wrap")),
                 self.view_help,
                 self.overview,
                 self.readout,
@@ -117,8 +135,12 @@ class Dashboard:
         self._drawn: tuple[str, list[Interval]] = ("no steps yet", [])  # the still copy's words and rows, as drawn
         self._updating = False
         self._shown_step: int | None = None  # the step number on show, kept when the run changes
-        self.findings: list[Finding] = []  # the headline's lines, each with the run it is about
-        self.view.observe(lambda _: self._draw_overview(), "value")
+        self.findings: list[Finding] = []  # the headline's lines; in the fit view, the fit's
+        self.fit: Fit | None = None  # what the fit view shows, once drawn
+        self._fit_key: Any = None  # the steps and capacity ``fit`` was found for
+        self._fit_drawn = False  # whether the picture drawn last is the fit's
+        self.view.observe(self._on_view, "value")
+        self.capacity.observe(lambda _: self._draw_overview() if self.view.value == FIT[1] else None, "value")
         self.group.observe(lambda _: self.refresh(), "value")
         self.run.observe(lambda _: self.refresh(), "value")
         self.step.observe(self._on_step, "value")
@@ -140,6 +162,23 @@ class Dashboard:
             previous.supersede()
         STATE.live_dashboard = weakref.ref(self)  # weakly: a dashboard nobody shows may go
         self.refresh(newest=True)
+        if view is not None:
+            self.view.value = view
+
+    def _on_view(self, _: Any) -> None:
+        self.capacity.layout.display = "" if self.view.value == FIT[1] else "none"
+        if not self._updating:  # a refresh draws once, at its end
+            self._draw_overview()
+
+    def _offer_views(self) -> None:
+        """The view buttons: the fit view too where a step was recorded with ``scale=``; the view
+        chosen stays (a reset that forgot the sizes goes back to the first)."""
+        offered = offered_views(self.session)
+        if [tuple(o) for o in self.view.options] != offered:
+            chosen = self.view.value
+            self.view.options = offered  # which selects the first
+            if chosen in (value for _, value in offered):
+                self.view.value = chosen
 
     def _on_session(self, _: Session) -> None:
         """A step added, or the session reset: then the step picked is gone, and the next one
@@ -158,6 +197,8 @@ class Dashboard:
     def _on_pointer(self, event: dict[str, Any]) -> None:
         """A click on a step's bar opens it; hovering shows its figures; leaving, the hint."""
         kind, x, y = event.get("event"), event.get("dataX"), event.get("dataY")
+        if self.view.value == FIT[1]:  # no step bars to point at (the readout is hidden there)
+            return
         iv = self._bar_at(x, y) if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
         if kind == "click" and iv is not None:
             if iv.run != self.run.value:
@@ -247,6 +288,7 @@ class Dashboard:
             return
         self._updating = True
         try:
+            self._offer_views()
             runs = list(self.session.runs)
             self.run.options = [(run_label(r), r) for r in runs]
             last = self.session.last
@@ -285,12 +327,17 @@ class Dashboard:
         ivs = self.shown()
         header = f"<b>memsnap</b> · {count_of(len(ivs), 'step')}"
         compared = self._compared()
-        if self.group.value == ALL_RANKS:
+        fit = self._fit() if self.view.value == FIT[1] else None
+        if fit is not None:  # every step recorded with scale=, of any run and rank: its words head it
+            header += f" · fit over {html.escape(fit.dim)}"
+            lines: list[Finding] = [("", line) for line in fit_words(fit)]
+            self.overview_fig = self._figs["fit"] = fit_figure(fit, fig=self._figs.get("fit"))
+        elif self.group.value == ALL_RANKS:
             header += f" · {len(self.groups())} ranks/devices"
             self.overview_fig = self._figs["ranks"] = charts.ranks_figure(
                 self._run_intervals(), selected=self.step.value, fig=self._figs.get("ranks")
             )
-            lines: list[Finding] = []
+            lines = []
         elif compared:
             label = run_label(self.run.value)
             header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
@@ -312,7 +359,9 @@ class Dashboard:
                 ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
             )
         self.view_help.value = f"<small style='opacity:0.75'>{html.escape(VIEW_MEANS[self.view.value])}</small>"
-        self.findings = lines  # the headline's lines, for the still copy too
+        self.findings = lines  # the headline's lines (the fit's words in its view), for the still copy too
+        self._fit_drawn = fit is not None
+        self.readout.layout.display = "none" if fit is not None else ""  # no bars to point at there
         # what the picture shows, in words, as drawn: a superseded copy keeps them after a reset
         as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"
         if compared:
@@ -322,6 +371,16 @@ class Dashboard:
         self._overview_png = charts.png(self.overview_fig)
         self.overview.value = self._overview_png
         self._update_still()
+
+    def _fit(self) -> Fit | None:
+        """The fit of every step recorded with ``scale=``, found again only when those steps or
+        the capacity changed (it reads their files)."""
+        chosen = [iv for iv in self.session.intervals if iv.scale]
+        capacity = self.capacity.value.strip() or None
+        key = ([(id(iv), iv.path, tuple(iv.scale.items())) for iv in chosen if iv.scale], capacity)
+        if key != self._fit_key:
+            self.fit, self._fit_key = fit_of(self.session.intervals, capacity), key
+        return self.fit
 
     def _draw_step(self) -> None:
         if self._updating:
@@ -371,7 +430,8 @@ class Dashboard:
 
     def _still_bundle(self) -> dict[str, Any]:
         as_of, rows = self._drawn
-        return still_bundle(self._overview_png, as_of, rows, self.findings, self.superseded)
+        alt = FIT_ALT if self._fit_drawn else OVERVIEW_ALT
+        return still_bundle(self._overview_png, as_of, rows, self.findings, self.superseded, alt)
 
     def _update_still(self) -> None:
         if self._still is not None:
@@ -385,12 +445,19 @@ class Dashboard:
         return bundle
 
 
+def offered_views(session: Session) -> list[tuple[str, str]]:
+    """The view buttons' (label, view): the fit view too where a step was recorded with ``scale=``."""
+    return list(_VIEW_LABELS.items()) + [FIT] * bool(scaled_dims(session.intervals))
+
+
 def _close_all(widget: w.Widget) -> None:
     for child in getattr(widget, "children", ()):
         _close_all(child)
     widget.close()
 
 
-def dashboard(session: Session | None = None) -> Dashboard:
-    """The dashboard of the current session; display it (``%memsnap show`` does)."""
-    return Dashboard(session)
+def dashboard(session: Session | None = None, view: str | None = None) -> Dashboard:
+    """The dashboard of the current session; display it (``%memsnap show`` does). ``view``: the
+    view it opens on (``interval``, ``cumulative``, ``both``, ``categories``, or ``fit`` where a
+    step was recorded with ``scale=``)."""
+    return Dashboard(session, view)

@@ -26,13 +26,21 @@ THEME_CSS = (
     + " color: var(--jp-ui-inverse-font-color1, #fff); font-weight: bold;}"
 )
 # The still copy follows the widget's output; a live dashboard (its DOM has the class below) hides it.
+OVERVIEW_ALT = "memsnap overview: peak, kept and snapshot size per step"
+FIT_ALT = "memsnap fit: the step's peak against the size recorded with scale=, predicted beyond, and the capacity"
 _HIDE_WHILE_LIVE = f".jp-OutputArea-child:has(.memsnap-dashboard) ~ .jp-OutputArea-child .{STILL}{{display:none}}"
 
 
 def still_bundle(
-    overview_png: bytes, as_of: str, rows: Sequence[Interval], findings: Sequence[Finding], superseded: bool
+    overview_png: bytes,
+    as_of: str,
+    rows: Sequence[Interval],
+    findings: Sequence[Finding],
+    superseded: bool,
+    alt: str = OVERVIEW_ALT,
 ) -> dict[str, Any]:
-    """The still copy's MIME bundle: the overview as drawn ``as_of``, the findings, the table of ``rows``."""
+    """The still copy's MIME bundle: the picture as drawn ``as_of`` (the overview, or the view
+    chosen, which ``alt`` names), the findings, the table of ``rows``."""
     png = base64.b64encode(overview_png).decode("ascii")
     table = interval_table(rows)
     state = "superseded by a newer dashboard" if superseded else "the live dashboard needs its kernel"
@@ -43,7 +51,7 @@ def still_bundle(
             f"<div style='font-size:smaller;opacity:0.75'>memsnap · still copy {html.escape(as_of)} · "
             f"{state}</div>{shown}"
             f"<img src='data:image/png;base64,{png}' style='width:100%;max-width:{MAX_WIDTH}' "
-            f"alt='memsnap overview: peak, kept and snapshot size per step'>"
+            f"alt='{html.escape(alt)}'>"
             # columns stay columns: monospace wherever it lands (nbconvert styles pre otherwise),
             # long paths scroll instead of wrapping mid-word
             "<pre style='font-size:smaller;font-family:monospace;white-space:pre;overflow-x:auto'>"
