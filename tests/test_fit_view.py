@@ -23,7 +23,7 @@ from memsnap_magic.files.snapshot import dump_snapshot
 from memsnap_magic.results.intervals import interval_from_snapshot
 from memsnap_magic.results.session import Session
 from memsnap_magic.views.dashboard import Dashboard
-from memsnap_magic.views.fit import CAPACITY, LARGEST, PREDICTED, RECORDED, fit_figure, fit_of
+from memsnap_magic.views.fit import CAPACITY, FAR_OFF, LARGEST, PREDICTED, RECORDED, fit_figure, fit_of
 from memsnap_magic.views.still import FIT_ALT, OVERVIEW_ALT
 
 # two allocations alive together, one growing as batch (+ a little), one as batch²
@@ -62,6 +62,19 @@ def series(ax, label):
     return list(found.get_xdata()), list(found.get_ydata())
 
 
+def curve(ax):
+    """The predicted curve: solid up to 8 times the largest recorded size, dashed beyond (the two
+    parts share the point where they meet)."""
+    near = series(ax, PREDICTED)
+    far = [ln for ln in ax.lines if ln.get_label() == FAR_OFF]
+    xs, ys = near
+    if far:
+        fx, fy = list(far[0].get_xdata()), list(far[0].get_ydata())
+        assert fx[0] <= 64 <= fx[1] and xs[-1] <= 64  # 8 × batch 8: where the dashes begin
+        xs, ys = xs + fx[1:] if fx[0] == xs[-1] else xs + fx, ys + fy[1:] if fx[0] == xs[-1] else ys + fy
+    return xs, ys
+
+
 def fit_dashboard(s: Session, capacity: str) -> Dashboard:
     d = Dashboard(s)
     d.capacity.value = capacity
@@ -75,7 +88,7 @@ def test_the_fit_view_draws_the_points_the_curve_the_capacity_and_the_largest(tm
     d = fit_dashboard(s, "2MiB")
     (ax,) = d.overview_fig.axes
     assert series(ax, RECORDED) == ([2, 4, 8], [truth(2), truth(4), truth(8)])
-    xs, ys = series(ax, PREDICTED)
+    xs, ys = curve(ax)
     # the curve passes through every recorded step and the largest that fits, at their true peaks
     at = dict(zip(xs, ys))
     largest = largest_under(capacity)
@@ -87,6 +100,8 @@ def test_the_fit_view_draws_the_points_the_curve_the_capacity_and_the_largest(tm
     assert f"batch {largest:,}" in [t.get_text() for t in ax.texts]
     assert f"the largest batch predicted to fit is {largest:,}" in d.header.value
     assert "fit over batch=2, 4, 8" in d.header.value and "unverified" in d.header.value
+    # batch 253 is 32 times batch 8: answered, and said to be far beyond what was recorded
+    assert "32× the largest recorded, batch=8: far beyond what was recorded" in d.header.value
     assert d.readout.layout.display == "none"  # no bars to point at
     still = d._still_bundle()
     assert f"alt='{html.escape(FIT_ALT)}'" in still["text/html"] and f"is {largest:,}" in still["text/plain"]

@@ -519,6 +519,30 @@ def test_several_steps_the_highest_wins() -> None:
     assert predict(recorded, at={"batch": 32}, steps=[3]).by_step == {3: truth[3]}
 
 
+def test_a_size_far_beyond_the_recorded_ones_is_answered_and_said() -> None:
+    from memsnap_magic.views.prediction import prediction_text
+
+    program = Program(((4096, 64, 0), (2048, 0, 16)), (0, 1), (("a", 0), ("a", 1), ("f", 0), ("f", 1)), ())
+    recorded = [(synthetic(program, x), {"batch": x}) for x in (2, 4, 8)]
+    near = predict(recorded, at={"batch": 64}, capacity=summarize(synthetic(program, 60)).peak_allocated)
+    assert near.beyond(64) == 8.0 and not near.far(64) and near.largest() == 60  # 8 times: near enough
+    assert "far beyond" not in prediction_text(near)
+    far = predict(recorded, at={"batch": 100}, capacity=summarize(synthetic(program, 300)).peak_allocated)
+    assert far.far(100) and far.largest() == 300  # answered all the same
+    assert far.peak_allocated == summarize(synthetic(program, 100)).peak_allocated
+    lines = prediction_text(far).splitlines()
+    assert lines[1] == (
+        "  12× the largest recorded, batch=8: far beyond what was recorded, where a small error grows; "
+        "record a larger batch to check"
+    )
+    assert lines[-1].endswith(
+        "the largest batch predicted to fit: 300 (38× the largest recorded, batch=8: far beyond "
+        "what was recorded, where a small error grows; record a larger batch to check)"
+    )
+    record = far.to_record()
+    assert record["beyond"] == 12.5 and record["largest"] == 300 and record["largest_beyond"] == 37.5
+
+
 def test_accelerator_blocks_are_rounded_to_512_bytes() -> None:
     program = Program(((1000, 0, 0), (100, 100, 0)), (0, 1), (("a", 0), ("a", 1), ("f", 1), ("f", 0)), ())
     recorded = []

@@ -149,7 +149,11 @@ def test_the_magic_records_list_shows_and_refuses_sizes(shell, capsys):
     assert shell.run_cell("%%memsnap device=cpu run=b4 scale=batch:4 wait=true\nx = [1] * 1000").success
     assert shell.run_cell("%%memsnap device=cpu run=b8 scale=batch:8 wait=true\nx = [1] * 2000").success
     assert [iv.scale for iv in session().intervals] == [{"batch": 4}, {"batch": 8}]
-    capsys.readouterr()
+    lines = capsys.readouterr().out.splitlines()  # each cell's line says the size it ran at
+    assert [line.split(" · ")[0] for line in lines] == [
+        "memsnap step 1 (run b4) at batch=4",
+        "memsnap step 1 (run b8) at batch=8",
+    ]
     shell.run_line_magic("memsnap", "list")
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:5] == ["run", "step", "rank", "device", "scale"]
@@ -160,3 +164,6 @@ def test_the_magic_records_list_shows_and_refuses_sizes(shell, capsys):
     shell.run_line_magic("memsnap", "config scale=seq:64")
     assert shell.run_cell("%%memsnap device=cpu run=s64 wait=true\nx = 1").success
     assert session().last is not None and session().last.scale == {"seq": 64}
+    capsys.readouterr()
+    assert shell.run_cell("%%memsnap device=cpu run=s64 scale=seq:64,batch:2 wait=true\nx = 1").success
+    assert capsys.readouterr().out.startswith("memsnap step 2 (run s64) at seq=64, batch=2 · cpu · ")

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 SEARCH_LIMIT = 1 << 40  # largest(): sizes beyond this count as "nothing grows"
+FAR = 8  # a size more than this many times the largest recorded is far: the words say so
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ class Prediction:
     capacity_from: str = ""  # how the capacity was found: given, or what ``auto_capacity`` read
     _models: tuple[StepModel, ...] = field(default=(), repr=False, compare=False)
 
+    def beyond(self, value: float) -> float:
+        """How many times the largest recorded size ``value`` is: past ``FAR`` the prediction is
+        far beyond what was recorded, where a fit's small error grows (``far``); said, not refused."""
+        return float(value) / max(self.recorded)
+
+    def far(self, value: float) -> bool:
+        """Whether ``value`` lies more than ``FAR`` times beyond the largest recorded size."""
+        return self.beyond(value) > FAR
+
     def peak_at(self, value: float) -> int:
         """The predicted peak (requested bytes, highest over the steps) at another size."""
         return max(m.replay(value, alive=False).peak for m in self._models)
@@ -135,12 +145,19 @@ class Prediction:
             "capacity": self.capacity,
             "capacity_from": self.capacity_from,
             "fits": self.fits,
-            "largest": self.largest() if self.capacity is not None else None,
+            "beyond": self.beyond(self.at),  # times the largest recorded size: past FAR, far
+            **self._largest_record(),
         }
+
+    def _largest_record(self) -> dict[str, Any]:
+        largest = self.largest() if self.capacity is not None else None
+        return {"largest": largest, "largest_beyond": self.beyond(largest) if largest else None}
 
     def largest(self, capacity: int | str | None = None) -> int | None:
         """The largest whole size of the dimension predicted to fit ``capacity`` (default: the one
-        given to ``predict``); 0 when not even 1 fits, None when nothing grows with it."""
+        given to ``predict``); 0 when not even 1 fits, None when nothing grows with it. An answer
+        ``far`` beyond the recorded sizes is an extrapolation: the words (and ``to_record``'s
+        ``largest_beyond``) say how far; record a size nearer to check it."""
         cap = parse_capacity(capacity) if capacity is not None else self.capacity
         if cap is None:
             raise ValueError("largest(): give a capacity (bytes, or a string such as '80GiB')")

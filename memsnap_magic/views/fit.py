@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from ..core.errors import SnapshotError
 from ..files.writer import wait_for_writes
 from ..results.intervals import Interval
-from ..results.prediction import Prediction, parse_capacity, predict
+from ..results.prediction import FAR, Prediction, parse_capacity, predict
 from .chartkit import (
     BYTES,
     ERR,
@@ -34,11 +34,13 @@ from .chartkit import (
     plain_text,
     reuse_figure,
 )
+from .prediction import far_words
 from .words import count_of, fmt_bytes
 
 __all__ = ["Fit", "fit_figure", "fit_of", "fit_words", "scaled_dims"]
 
 RECORDED, PREDICTED, CAPACITY, LARGEST = "recorded", "predicted peak", "capacity", "largest that fits"
+FAR_OFF = f"over {FAR}× the recorded"  # the predicted curve, dashed there: far beyond what was recorded
 FITS = RUN_COLORS[2]  # the largest size that fits: apart from the capacity's red
 WIDE = 64  # the sizes shown span more than this factor: both axes logarithmic
 POINTS = 96  # sizes the predicted curve is drawn at
@@ -139,7 +141,7 @@ def fit_words(fit: Fit) -> list[str]:
     if fit.prediction is None:
         return [f"fit over {fit.dim}={recorded}: nothing predicted: {fit.why_not}"]
     p = fit.prediction
-    check = f"leave-one-out error at most {p.loo_error:.1%}" if p.loo_error is not None else "unverified (three sizes)"
+    check = f"leave-one-out error at most {p.loo_error:.1%}" if p.loo_error is not None else "unverified: three sizes"
     lines = [f"fit over {fit.dim}={recorded} ({check}), step {p.step} replayed at each size"]
     if fit.capacity is None:
         lines.append("no capacity known: give one to see the largest size that fits")
@@ -152,6 +154,8 @@ def fit_words(fit: Fit) -> list[str]:
             f"capacity {fmt_bytes(fit.capacity)} ({fit.capacity_from}): the largest {fit.dim} predicted to fit is "
             f"{fit.largest:,} (peak {fmt_bytes(p.blocks_at(fit.largest))})"
         )
+        if p.far(fit.largest):
+            lines.append(far_words(p, fit.largest))
     if fit.note:
         lines.append(fit.note)
     return lines
@@ -179,7 +183,15 @@ def fit_figure(fit: Fit, fig: Figure | None = None) -> Figure:
     scales = "both axes" if log_y else f"{fit.dim} axis" if log_x else ""
     panel_title(ax, "Peak allocated memory" + (f" ({scales} logarithmic)" if scales else ""))
     if fit.sizes:
-        ax.plot(fit.sizes, fit.peaks, "-", color=RISE, linewidth=1.8, label=PREDICTED)
+        # solid up to FAR times the largest recorded size, dashed beyond: said, as the words say it
+        edge = FAR * max(s for s, _, _ in fit.points)
+        near = [(x, y) for x, y in zip(fit.sizes, fit.peaks) if x <= edge]
+        far = [(x, y) for x, y in zip(fit.sizes, fit.peaks) if x >= edge]
+        if far and near and near[-1][0] < edge:  # the two parts meet at the edge
+            far.insert(0, near[-1])
+        for part, style, label in ((near, "-", PREDICTED), (far, "--", FAR_OFF)):
+            if part:
+                ax.plot(*zip(*part), style, color=RISE, linewidth=1.8, label=label)
     xs = [s for s, _, _ in fit.points]
     ax.plot(xs, [b for _, b, _ in fit.points], "o", color="black", ms=6, label=RECORDED, zorder=3)
     if fit.capacity is not None:

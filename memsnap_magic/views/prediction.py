@@ -17,7 +17,7 @@ from ..results.prediction import Prediction
 from ..results.prediction import predict as _predict
 from .words import fmt_bytes
 
-__all__ = ["predict", "prediction_text"]
+__all__ = ["far_words", "predict", "prediction_text"]
 
 
 def predict(
@@ -73,6 +73,8 @@ def prediction_text(p: Prediction, top: int = 3) -> str:
         f"memsnap predict: step {p.step} at {dim}={_num(p.at)}: peak {fmt_bytes(p.peak_allocated)}{blocks}"
         f" · from {dim}={', '.join(map(_num, sizes))} ({check})"
     ]
+    if p.far(p.at):
+        lines.append(f"  {far_words(p, p.at)}")
     if len(p.by_step) > 1:
         lines.append("  by step: " + ", ".join(f"{s} {fmt_bytes(b)}" for s, b in p.by_step.items()))
     alive = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in p.at_peak["category"].items()) or "nothing"
@@ -105,7 +107,17 @@ def _capacity_line(p: Prediction) -> str:
         if largest == 0
         else f"the largest {p.dim} predicted to fit: {largest:,}"
     )
-    return f"  capacity {fmt_bytes(cap)} ({p.capacity_from}): {verdict}; {most}"
+    far = f" ({far_words(p, largest)})" if largest and p.far(largest) else ""
+    return f"  capacity {fmt_bytes(cap)} ({p.capacity_from}): {verdict}; {most}{far}"
+
+
+def far_words(p: Prediction, value: float) -> str:
+    """A size far beyond the recorded ones, said: an extrapolation, answered but not checked."""
+    top = max(p.recorded)
+    return (
+        f"{p.beyond(value):,.0f}× the largest recorded, {p.dim}={_num(top)}: far beyond what was recorded, "
+        f"where a small error grows; record a larger {p.dim} to check"
+    )
 
 
 def _num(value: float) -> str:

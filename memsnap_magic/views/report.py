@@ -17,9 +17,14 @@ def describe(iv: Interval, replaced: Interval | None = None, chain_from: int | N
     """The compact line printed after each ``%%memsnap`` cell: short enough for one line of a
     notebook before the file's path, which comes last; comparisons live in the table and dashboard.
     ``replaced``: the interval of the same step (in the same run) this one replaced.
-    ``chain_from``: the step whose start a ``clear=false`` history (and so every figure) counts from."""
+    ``chain_from``: the step whose start a ``clear=false`` history (and so every figure) counts from.
+    A step recorded with ``scale=`` says its sizes as ``predict`` is asked for them (``at batch=8``)."""
+    sizes = ", ".join(f"{name}={size}" for name, size in (iv.scale or {}).items())  # as predict asks
     parts = [
-        f"memsnap step {iv.step}" + (f" rank {iv.rank}" if iv.rank else "") + (f" (run {iv.run})" if iv.run else ""),
+        f"memsnap step {iv.step}"
+        + (f" rank {iv.rank}" if iv.rank else "")
+        + (f" (run {iv.run})" if iv.run else "")
+        + (f" at {sizes}" if sizes else ""),
         iv.device,
         f"peak {fmt_bytes(iv.peak_allocated)} ({fmt_bytes(iv.peak_increase, signed=True)} over start)",
         f"kept {fmt_bytes(iv.kept, signed=True)}"
