@@ -817,7 +817,9 @@ def section_categories(state: State) -> None:
     # (linear 2's input), LayerNorm 2's input (the residual sum), its output (the loss's input).
     # Attention's own saved q, k, v and outputs come on top, so this is a lower bound.
     bound = 4 * batch * seq * (ff + 4 * d)
-    saved = saved_bytes(block, src, lambda out: out.pow(2).mean())
+    from leak_scenarios import saved_bytes  # beside this script, as the retention section's
+
+    saved = saved_bytes(block, src)
     steps = category_steps(state, "transformer", block, lambda: block(src).pow(2).mean())
     for f in steps:
         f["activation_lower_bound"] = bound
@@ -916,26 +918,6 @@ def category_steps(state: State, name: str, model: Any, loss_fn: Callable[[], An
                 }
             )
     return found
-
-
-def saved_bytes(model: Any, x: Any, loss_of: Callable[[Any], Any]) -> int:
-    """Bytes of the distinct storages one forward saves for its backward, leaving out the
-    parameters and the input (allocated before a step, so never ``activation``)."""
-    import torch
-
-    before = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
-    seen: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in before:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = loss_of(model(x))
-    del loss
-    return sum(seen.values())
 
 
 def section_newer_options(state: State) -> None:
