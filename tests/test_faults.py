@@ -452,6 +452,47 @@ def test_the_walk_reads_every_name_before_what_the_objects_hold(monkeypatch):
     assert 0 < len(read) <= 100
 
 
+def test_the_walks_read_an_optimizers_state_without_running_a_property_of_its_class():
+    import torch
+
+    from memsnap_magic.recording.backends.cpu.live_tensors import live_storages
+    from memsnap_magic.recording.retention import find_holders
+
+    ran = []
+
+    class Watched(torch.optim.SGD):
+        @property
+        def state(self):
+            ran.append("state")
+            return self.__dict__["state"]
+
+        @state.setter
+        def state(self, value):
+            self.__dict__["state"] = value
+
+    class Wrapper(torch.optim.Optimizer):  # as accelerate's: the real one kept, its state a property
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+        @property
+        def state(self):
+            ran.append("wrapper")
+            return self.optimizer.state
+
+    w = torch.nn.Parameter(torch.ones(4))
+    inner = Watched([w], lr=0.1, momentum=0.9)
+    w.grad = torch.ones(4)
+    inner.step()
+    ran.clear()
+    buf = inner.__dict__["state"][w]["momentum_buffer"]
+    ptr = buf.untyped_storage().data_ptr()
+    for opt in (inner, Wrapper(inner)):
+        assert ptr in live_storages({"opt": opt})
+        found = find_holders({"opt": opt}, {ptr: buf.untyped_storage().nbytes()}, "cpu")
+        assert found["rows"] and found["rows"][0][0].startswith("opt")
+    assert ran == []
+
+
 def test_the_walk_finds_what_unusual_holders_keep_and_runs_none_of_their_code():
     import numpy as np
     import torch

@@ -673,6 +673,13 @@ def test_show_displays_the_dashboard_with_fallbacks(torch_ns):
     assert plt.get_fignums() == []  # figures are not left registered with pyplot
 
 
+def test_show_with_an_unclosed_quote_is_one_line(torch_ns):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"%memsnap show: No closing quotation; give view=NAME"):
+        torch_ns.run_line_magic("memsnap", 'show view="fit')
+
+
 def test_the_newest_interval_is_reachable_without_the_namespace(torch_ns):
     from memsnap_magic.results.intervals import Interval
 

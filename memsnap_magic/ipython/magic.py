@@ -169,7 +169,11 @@ class MemsnapMagics(Magics):
         from ..views.dashboard import dashboard  # here: widgets and matplotlib load when first shown
 
         view = None
-        for word in shlex.split(rest):
+        try:
+            words = shlex.split(rest)
+        except ValueError as e:  # an unclosed quote
+            raise UsageError(f"%memsnap show: {e}; give view=NAME") from None
+        for word in words:
             key, sep, value = word.partition("=")
             if key != "view" or not sep or view is not None:
                 why = "view= given twice" if key == "view" and view is not None else f"not {word!r}"

@@ -229,7 +229,7 @@ class _Walk:
                 if attrs is not None:  # a model nested deep is read whole, as the trunk of the namespace
                     self._later(_module_children(attrs), DEPTH - 1, node)
             elif issubclass(kind, torch.optim.Optimizer):
-                state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
+                state = ob.optimizer_state(obj, torch.optim.Optimizer)  # its own, or a wrapper's optimizer's
                 if issubclass(type(state), dict):
                     params = frozenset(id(p) for p in dict.keys(state))
                     self.optimizers.append((node, id(obj), params))

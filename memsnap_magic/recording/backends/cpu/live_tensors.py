@@ -33,6 +33,7 @@ from .objects import (
     name_of,
     ndarray_base,
     no_torch_function,
+    optimizer_state,
     package_of,
     same_module,
     saved_tensors,
@@ -152,7 +153,7 @@ def _walk(
                     if held:  # a list, dict or object of yours kept on it (a KV cache), read last
                         kept_by_modules.append((held, depth - 1))
             elif issubclass(kind, torch.optim.Optimizer):
-                state = obj.state  # a wrapper's property (accelerate's) hands over its optimizer's
+                state = optimizer_state(obj, torch.optim.Optimizer)  # its own, or a wrapper's optimizer's
                 if issubclass(type(state), dict):
                     later(dict.values(state), 2)  # per parameter, a dict; in it tensors, or LBFGS's lists
             elif level <= 0:

@@ -103,6 +103,22 @@ def package_of(kind: type) -> Any:
     return str.partition(name, ".")[0] if issubclass(type(name), str) else None
 
 
+def optimizer_state(obj: Any, optimizer: type, wrapped: int = 2) -> Any:
+    """An optimizer's ``state`` read from its own ``__dict__``, never through a property of its
+    class (a subclass's could run anything); a wrapper that keeps the real one as ``optimizer``
+    (accelerate's, whose ``state`` is a property handing over the wrapped one's) is read through
+    it. None where neither holds it."""
+    attrs = instance_dict(obj)
+    if attrs is None:
+        return None
+    if "state" in attrs:
+        return attrs["state"]
+    inner = attrs.get("optimizer")
+    if wrapped and issubclass(type(inner), optimizer):
+        return optimizer_state(inner, optimizer, wrapped - 1)
+    return None
+
+
 def instance_dict(obj: Any) -> dict[str, Any] | None:
     """An object's attributes where it keeps them in a plain ``__dict__`` (read without running a
     property or ``__getattr__`` of its), else None."""
