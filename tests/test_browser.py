@@ -75,14 +75,14 @@ def _free_port() -> int:
 
 
 def _prepare_notebooks(root: Path) -> None:
-    """Copy notebooks/ into ``root``; demo.ipynb loses its saved outputs, its two-run section (a
-    second dashboard; the run comparison is tested in-process and by tests/test_notebooks.py) and
-    gains the bad cell."""
+    """Copy notebooks/ into ``root``; demo.ipynb loses its saved outputs, its two-run section and
+    its answers' sections (more dashboards, a reset: tested in-process and by
+    tests/test_notebooks.py) and gains the bad cell."""
     import nbformat
 
     shutil.copytree(ROOT / "notebooks", root, dirs_exist_ok=True)
     nb = nbformat.read(root / "demo.ipynb", as_version=4)
-    nb.cells = [c for c in nb.cells if "compare-runs" not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if not {"compare-runs", "answers"} & set(c.metadata.get("tags", []))]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
