@@ -11,7 +11,9 @@ of the safety alone.
 - ``load_snapshot_real_vs_pickle_load``: 200k entries tiled from a real CUDA step, whose shared
   frames make ``pickle.load`` cheap per entry (target <= 1.1x).
 - ``load_snapshot_peak_rss``: the peak resident memory the load adds, in a fresh process per
-  reading, ``load_snapshot`` over ``pickle.load`` (target <= 1.05x).
+  reading, ``load_snapshot`` over ``pickle.load`` (target <= 1.05x). The same ratio for the
+  tiled real step is kept in its details (``real_ratio``): there the schema's two column lists
+  outlast the unpickler's memo, where the synthetic file's memo was larger.
 """
 
 from __future__ import annotations
@@ -97,12 +99,16 @@ def run(ctx: Context) -> list[Row]:
             file_bytes=real.stat().st_size,
         ),
     ]
-    peaks: dict[str, list[int]] = {"load_snapshot": [], "pickle.load": []}
-    for _ in range(ctx.pick(3, 1)):
-        for how in peaks:
-            peaks[how].append(_peak_kib(how, path))
-    med = {k: statistics.median(v) for k, v in peaks.items()}
-    value = med["load_snapshot"] / med["pickle.load"]
+    peaks: dict[Path, dict[str, list[int]]] = {}
+    med: dict[Path, dict[str, float]] = {}
+    for file in (path, real):  # alternated, a fresh process per reading
+        peaks[file] = {"load_snapshot": [], "pickle.load": []}
+        for _ in range(ctx.pick(3, 1)):
+            for how in peaks[file]:
+                peaks[file][how].append(_peak_kib(how, file))
+        med[file] = {k: statistics.median(v) for k, v in peaks[file].items()}
+    value = med[path]["load_snapshot"] / med[path]["pickle.load"]
+    real_ratio = med[real]["load_snapshot"] / med[real]["pickle.load"]
     rows.append(
         Row(
             "load_snapshot_peak_rss",
@@ -112,8 +118,16 @@ def run(ctx: Context) -> list[Row]:
             "x",
             "<= 1.05x",
             value <= 1.05,
-            {"peak_kib": peaks, "file_bytes": path.stat().st_size},
-            note=f"{med['load_snapshot'] / 1024:.0f} vs {med['pickle.load'] / 1024:.0f} MB",
+            {
+                "peak_kib": peaks[path],
+                "file_bytes": path.stat().st_size,
+                "real_peak_kib": peaks[real],
+                "real_ratio": real_ratio,
+            },
+            note=(
+                f"{med[path]['load_snapshot'] / 1024:.0f} vs {med[path]['pickle.load'] / 1024:.0f} MB; "
+                f"tiled real step {real_ratio:.3f}x"
+            ),
         )
     )
     return rows

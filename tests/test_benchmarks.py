@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS = (
     "summarize_vs_pickle_load",
     "summarize_real_vs_pickle_load",
+    "digest_real_vs_pickle_load",
     "load_snapshot_vs_pickle_load",
     "load_snapshot_real_vs_pickle_load",
     "load_snapshot_peak_rss",

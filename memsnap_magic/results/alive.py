@@ -41,17 +41,16 @@ def alive_at(summary: Summary, index: int | None = None, top: int = 10) -> list[
         if len(items) >= top:  # every block of size >= cut is here, and none smaller can rank
             return items[:top]
         look *= 8
-    items = _alive_among(summary, p, np.arange(m), summary.end, top)
+    items = _alive_among(summary, p, None, summary.end, top)
     return items[:top] if top else items
 
 
 def kept(summary: Summary) -> list[dict[str, Any]]:
     """The blocks the interval allocated and still held at its end, largest first (items as
     ``alive_at``'s). A block alive at the end was allocated in the window exactly when the trace
-    allocates at its address: its last event there is that allocation. One pass over the
-    allocations' addresses, no pairing."""
-    sign, _, entry = summary.events
-    made = np.unique(summary.addresses(entry[sign > 0]))
+    allocates at its address: its last event there is that allocation."""
+    order, a, _, _ = summary.paired
+    made = a[summary.events[0][order] > 0]  # the allocations' addresses, ascending
     end = summary.end
     return _end_items(end, np.flatnonzero(sorted_contains(made, end[0])), before=False)
 
@@ -62,17 +61,18 @@ def temporaries(summary: Summary) -> int:
     that keeps a leak (before or after its peak) holds as much for a while as one that does not.
     Events at one address alternate, so a block made here and freed here is an allocation whose
     next event at its address is a free."""
-    sign, size, entry = summary.events
+    sign, size, _ = summary.events
     n = len(sign)
     if not n:
         return 0
-    order, _, _, last = by_address(summary.addresses(entry))
+    order, _, _, last = summary.paired
     paired = np.flatnonzero(~last)  # sorted positions with a later event at the same address
     first, then = order[paired], order[paired + 1]
     made = (sign[first] > 0) & (sign[then] < 0)
+    first, then = first[made], then[made]
     delta = np.zeros(n, dtype=np.int64)
-    delta[first[made]] = size[first[made]]
-    delta[then[made]] = -size[first[made]]
+    delta[first] = size[first]
+    delta[then] = -size[first]
     return max(int(np.cumsum(delta).max()), 0)
 
 
@@ -104,41 +104,46 @@ def _end_items(
 
 
 def _alive_among(
-    summary: Summary, p: int, sel: np.ndarray, end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]], top: int
+    summary: Summary,
+    p: int,
+    sel: np.ndarray | None,
+    end: tuple[np.ndarray, np.ndarray, list[dict[str, Any]]],
+    top: int,
 ) -> list[dict[str, Any]]:
-    """``alive_at`` over the events ``sel`` and the end-state blocks ``end`` only."""
+    """``alive_at`` over the events ``sel`` (None: every event) and the end-state blocks ``end`` only."""
     sign, size, entry = summary.events
-    sign, size = sign[sel], size[sel]
-    order, a, first_sorted, last_sorted = by_address(summary.addresses(entry[sel]))
-    n = len(sel)
-    # event index of the next event at the same address (none: past every event)
-    following = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    has_next = np.flatnonzero(~last_sorted)
-    following[order[has_next]] = sel[order[has_next + 1]]
-    first = np.empty(n, dtype=bool)
-    first[order] = first_sorted
-    alive_new = (sign > 0) & (sel <= p) & (following > p)
-    alive_old = first & (sign < 0) & (sel > p)  # live before the window, freed after index p
+    if sel is None:  # every event: the pairing the summary shares
+        order, a, first, last = summary.paired
+        at = order
+    else:
+        sign, size = sign[sel], size[sel]
+        order, a, first, last = by_address(summary.addresses(entry[sel]))
+        at = sel[order]
+    # in address order: each event's index among all events, and the next one's at its address
+    then = np.append(at[1:], np.iinfo(np.int64).max)
+    signs = sign[order]
+    alive_new = (signs > 0) & (at <= p) & (last | (then > p))
+    alive_old = first & (signs < 0) & (at > p)  # live before the window, freed after index p
     chosen = np.flatnonzero(alive_new | alive_old)
+    chosen = chosen[np.argsort(order[chosen])]  # in trace order
     if top:
-        chosen = chosen[np.argsort(-size[chosen], kind="stable")[:top]]
-    trace, addr = summary.trace, np.empty(n, dtype=np.uint64)
-    addr[order] = a
+        chosen = chosen[np.argsort(-size[order[chosen]], kind="stable")[:top]]
+    trace = summary.trace
+    rows = zip(size[order[chosen]].tolist(), a[chosen].tolist(), alive_old[chosen].tolist(), entry[at[chosen]].tolist())
     items = [
         {
-            "size": int(size[i]),
-            "addr": int(addr[i]),
-            "before": bool(alive_old[i]),
-            "frames": [] if alive_old[i] else trace[entry[sel[i]]].get("frames") or [],
-            "category": trace[entry[sel[i]]].get("category"),
-            "mark": None if alive_old[i] else trace[entry[sel[i]]].get("user_metadata"),
+            "size": block_size,
+            "addr": addr,
+            "before": before,
+            "frames": [] if before else trace[e].get("frames") or [],
+            "category": trace[e].get("category"),
+            "mark": None if before else trace[e].get("user_metadata"),
         }
-        for i in chosen.tolist()
+        for block_size, addr, before, e in rows
     ]
 
     # end-state blocks the trace never allocated (or freed and did not allocate again)
-    tail = order[last_sorted]
-    live_addr = a[last_sorted][sign[tail] > 0]  # ascending
+    live_addr = a[last & (signs > 0)]  # ascending
     items += _end_items(end, np.flatnonzero(~sorted_contains(live_addr, end[0])), before=True, top=top)
     items.sort(key=lambda item: -item["size"])  # stable: ties keep trace order
     return items

@@ -54,7 +54,7 @@ class Summary(Figures):
 
     def addresses(self, entries: np.ndarray) -> np.ndarray:
         """``addr`` of some trace entries: where many are asked, from one read of the whole
-        column that every pairing over this summary shares (a digest pairs twice)."""
+        column that every pairing over this summary shares."""
         if len(entries) > len(self.trace) // SPARSE:
             picked: np.ndarray = self._addr_column[entries]
             return picked
@@ -63,6 +63,12 @@ class Summary(Figures):
     @cached_property
     def _addr_column(self) -> np.ndarray:
         return column(self.trace, "addr", 0).astype(np.uint64)
+
+    @cached_property
+    def paired(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every replayed event grouped by address (``by_address``): sorted once, shared by
+        ``alive``'s functions (a digest asks for it three times)."""
+        return by_address(self.addresses(self.events[2]))
 
     @cached_property
     def time_us(self) -> np.ndarray:
@@ -115,9 +121,11 @@ def _trace_events(trace: list[dict[str, Any]]) -> tuple[tuple[np.ndarray, np.nda
         freed = action == name
         if freed.any():
             break
-    entry = np.flatnonzero(alloc | freed)
+    event = alloc | freed
+    entry = np.flatnonzero(event)
     sign = np.where(alloc[entry], 1, -1).astype(np.int64)
-    return (sign, column(trace, "size", 0)[entry], entry), np.flatnonzero(action == "oom")
+    other = np.flatnonzero(~event)  # where an oom can be: most traces are mostly events
+    return (sign, column(trace, "size", 0)[entry], entry), other[action[other] == "oom"]
 
 
 def _end_bytes(segments: list[dict[str, Any]], device: int) -> tuple[int, np.ndarray, bool]:
