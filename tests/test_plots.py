@@ -318,7 +318,9 @@ def test_the_overview_marks_the_steps_the_headline_names():
 
     def shaded(ax, label):
         spans = [p for p in ax.patches if p.get_label() in (label, "_" + label.split()[0])]
-        return [tuple(round(v, 2) for v in (p.get_bbox().x0, p.get_bbox().x1)) for p in spans]
+        # a Rectangle since matplotlib 3.9, a Polygon before: its vertices' x, in data units
+        xs = [p.get_patch_transform().transform(p.get_path().vertices)[:, 0] for p in spans]
+        return [(round(float(min(x)), 2), round(float(max(x)), 2)) for x in xs]
 
     assert shaded(kept_ax, "leaking steps") == [(1.52, 4.48)]  # the columns of steps 3-5 (x 2 to 4)
     assert shaded(peak_ax, "spiking steps") == [(5.52, 6.48)]  # step 7's column

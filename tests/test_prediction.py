@@ -486,10 +486,14 @@ def test_an_allocation_present_at_some_sizes_only(program: Program, sizes: list[
     # the workspace, and any neighbour it could be taken for (those are left unaligned too)
     assert p.unaligned_bytes >= (_size(law, sizes[-1]) if in_ref else 0)
     present = [x for x in sizes if x not in absent]
-    fitted = np.polynomial.polynomial.Polynomial.fit(
-        present, [_size(law, x) for x in present], min(2, len(present) - 1)
-    )
-    bound = abs(round(float(fitted(target))) - _size(law, target)) + 1 if in_ref else 0
+    if len(present) > 1:
+        fitted = np.polynomial.polynomial.Polynomial.fit(
+            present, [_size(law, x) for x in present], min(2, len(present) - 1)
+        )
+        at_target = float(fitted(target))
+    else:  # one point: a constant (numpy 1.23's fit maps a zero-width domain to NaN)
+        at_target = float(_size(law, present[0]))
+    bound = abs(round(at_target) - _size(law, target)) + 1 if in_ref else 0
     # what is not aligned may move the peak by up to 1 % before a prediction is refused
     assert abs(p.peak_allocated - truth) <= bound + 0.01 * p.peak_allocated
 
