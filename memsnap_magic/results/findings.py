@@ -144,9 +144,9 @@ def _leaked_at(intervals: Sequence[Figures], i: int) -> int:
     and the next that makes the optimizer's state grow two kinds; the first step shown, whose
     growth is unknown, counts where the step after it does."""
     iv = intervals[i]
-    limit = floor(iv.baseline_allocated)
-    if leaked(iv) > limit:
-        return leaked(iv)
+    limit, own = floor(iv.baseline_allocated), leaked(iv)
+    if own > limit:
+        return own
     if iv.kept <= limit:
         return 0
     if i == 0:
@@ -162,23 +162,18 @@ _POOLS = ((GRADIENT,), (OPTIMIZER_STATE, OTHER), (PARAMETER, OTHER))
 
 def _regrown(intervals: Sequence[Figures], i: int) -> bool:
     """Whether a kind of state grew past the floor in step ``i`` (``i`` ≥ 1) and in a step beside it."""
-    mine = _grown(intervals, i)
-    beside = [_grown(intervals, j) for j in (i - 1, i + 1) if 1 <= j < len(intervals)]
-    return any(
-        mine[n] > floor(intervals[i].baseline_allocated) and any(other[n] > 0 for other in beside)
-        for n in range(len(_POOLS))
-    )
+    beside = set().union(*(_grown(intervals, j) for j in (i - 1, i + 1) if 1 <= j < len(intervals)))
+    return bool(_grown(intervals, i) & beside)
 
 
-def _grown(intervals: Sequence[Figures], i: int) -> list[float]:
-    """Per pool, what its state at step ``i``'s end grew over step ``i - 1``'s, where past the
-    floor (else 0); zeros where either file has no labels."""
+def _grown(intervals: Sequence[Figures], i: int) -> set[int]:
+    """The pools (indices into ``_POOLS``) whose state at step ``i``'s end grew past the floor
+    over step ``i - 1``'s; none where either file has no labels."""
     now, before = (getattr(intervals[j], "by_category", None) for j in (i, i - 1))
     if not now or before is None:
-        return [0] * len(_POOLS)
+        return set()
     limit = floor(intervals[i].baseline_allocated)
-    grown = [sum(now.get(c, 0) - before.get(c, 0) for c in pool) for pool in _POOLS]
-    return [g if g > limit else 0 for g in grown]
+    return {n for n, pool in enumerate(_POOLS) if sum(now.get(c, 0) - before.get(c, 0) for c in pool) > limit}
 
 
 def _ended_before(earlier: Any, later: Any) -> bool:
