@@ -8,6 +8,12 @@ and step 6 spikes in both runs."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from surfaces import said_everywhere
+
+from memsnap_magic import session
+from memsnap_magic.views.headline import finding_lines
 
 MODEL = """
 import torch, torch.nn as nn
@@ -56,3 +62,9 @@ def test_issue_41s_notebook_is_answered_as_a_senior_engineer_would(cpu, capsys):
     spike = "spike: step 6 held +96.0 MiB only for a while"
     assert spike in leaky and spike in fixed and "leak" not in fixed.replace("run fixed", "")
     assert "more)" not in said  # every step claimed is named
+    # the dashboard (its header and still copy), %memsnap list and memsnap summarize (text and
+    # --json, from the files alone) say the same of each run
+    for run in ("leaky", "fixed"):
+        lines = finding_lines([iv for iv in session().intervals if iv.run == run])
+        shown = said_everywhere(session(), Path("memsnap"), capsys, run)
+        assert shown == dict.fromkeys(shown, lines)

@@ -23,11 +23,13 @@ from memsnap_magic.files.meta import Meta
 from memsnap_magic.files.snapshot import load_snapshot
 from memsnap_magic.recording.retention import LIMIT, find_holders
 from memsnap_magic.results.scan import read_intervals
+from memsnap_magic.results.session import Session
 from memsnap_magic.views.explain import blocks_table
 from memsnap_magic.views.headline import finding_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import leak_scenarios as scenarios
+from surfaces import said_everywhere
 
 MiB = 1 << 20
 # the path of what step 3 kept, as the walk spells it from the namespace's names (the warm-up step
@@ -120,6 +122,18 @@ def test_files_read_later_still_say_who_held_the_blocks(tmp_path, capsys):
     # the step's table names what held each block it kept
     table = blocks_table(cold[2], cold[:2])
     assert "held by</th>" in table and "<code>history[3].grad_fn → … saved tensors</code>" in table
+
+
+@pytest.mark.parametrize("healthy", [False, True], ids=["leaky", "healthy"])
+@pytest.mark.parametrize("name", scenarios.SCENARIOS)
+def test_every_front_end_says_the_same(name, healthy, tmp_path, capsys):
+    outcome = scenarios.run(name, healthy=healthy, device="cpu", out=tmp_path)
+    said = finding_lines(outcome.intervals)
+    session = Session()
+    session.add_all(outcome.intervals)
+    shown = said_everywhere(session, tmp_path / name, capsys)
+    assert shown == dict.fromkeys(shown, said)
+    assert said[0].startswith("no leak or spike" if healthy else "leak: steps 1–4")
 
 
 def test_the_magic_names_the_list_in_the_notebook(cpu, capsys):
