@@ -192,6 +192,37 @@ def test_cells_of_a_notebook_recorded_as_runs(shell: Any, tmp_path: Path) -> Non
         memsnap_magic.predict(seq=512)
 
 
+def test_a_hugging_face_gpt2_step_whose_code_we_did_not_write(tmp_path: Path) -> None:
+    """A workload no rule was tuned to: transformers' GPT-2 (two layers, AdamW, a training step),
+    recorded at sequence lengths 32, 64 and 128; the step at 256, recorded too, is the answer."""
+    pytest.importorskip("transformers", reason="the [transformers] extra is not installed")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=512, n_embd=128, n_layer=2, n_head=4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def train(seq: int) -> None:
+        tokens = torch.randint(0, 1000, (8, seq))
+        model(tokens, labels=tokens).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    train(16)  # warm-up: AdamW's state exists before the recorded steps
+    files = {}
+    for seq in (32, 64, 128, 256):
+        with memsnap_magic.Recorder(step=1, device="cpu", out=tmp_path / f"s{seq}", run=f"s{seq}", wait=True):
+            train(seq)
+        files[seq] = next((tmp_path / f"s{seq}").rglob("*.pickle"))
+    truth = summarize(load_snapshot(files[256])).peak_allocated
+    p = predict([(files[s], {"seq": s}) for s in (32, 64, 128)], at={"seq": 256})
+    assert p.unaligned_bytes == 0
+    assert abs(p.peak_allocated - truth) <= 0.03 * truth, (p.peak_allocated, truth)
+    # attention's probabilities grow as the square of the sequence: a law of degree 2 names it
+    assert any("seq²" in g.law for g in p.growth), [str(g) for g in p.growth]
+
+
 def test_files_recorded_with_a_scale_need_no_sizes_given(recorded: dict[tuple[str, int], Path]) -> None:
     paths = [recorded["mlp", s] for s in (2, 4, 8)]
     by_meta = memsnap_magic.predict(paths, batch=64)
