@@ -561,7 +561,7 @@ def test_every_unwritable_snapshot_is_its_own_warning(torch_ns):
         warnings.simplefilter("default")
         for _ in range(2):
             run(sh, "%%memsnap out=blocked step=7\nv = torch.ones(4)")
-            run(sh, "1")  # the next cell waits for the write, and says what failed
+            run(sh, "1")
     messages = [str(w.message) for w in caught if "could not write blocked/step7/" in str(w.message)]
     assert len(messages) == 2
 

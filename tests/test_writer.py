@@ -1,5 +1,6 @@
-"""The background writer: the cell returns before its file is written, yet no one who reads the
-file (the next cell, %memsnap commands, exit) ever finds it missing, and a failed write is said."""
+"""The background writer: the cell returns before its file is written, and so does the plain cell
+after it (the writer pauses while a cell runs), yet none of our readers (%memsnap commands, the
+loaders, the next %%memsnap cell, exit) ever finds it missing, and a failed write is said."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import memsnap_magic.files.snapshot as snapshot_module
 from memsnap_magic import session, wait_for_writes
 from memsnap_magic.files import summaries
 from memsnap_magic.files.snapshot import load_snapshot
+from memsnap_magic.files.writer import WRITER
 from memsnap_magic.recording.recorder import Recorder
 
 SLOW = 0.4  # seconds each write takes here: long enough that a reader who does not wait misses it
@@ -36,17 +38,41 @@ def slow_writes(monkeypatch):
     return writers
 
 
-def test_the_cell_returns_before_the_write_and_the_next_cell_waits_for_it(shell, slow_writes):
+def test_the_cell_and_the_plain_cell_after_it_return_before_the_write_readers_wait(shell, slow_writes):
     shell.run_cell("import torch")
     started = time.perf_counter()
     assert shell.run_cell("%%memsnap step=1 device=cpu\nx = torch.ones(1000)").success
     assert time.perf_counter() - started < SLOW  # the write was not in the cell's time
+    started = time.perf_counter()
+    assert shell.run_cell("y = 1").success
+    assert time.perf_counter() - started < SLOW  # nor in the next plain cell's
     res = shell.run_cell(
-        "import glob\nfrom memsnap_magic import load_snapshot\n"
+        "import glob\nfrom memsnap_magic import load_snapshot, wait_for_writes\nwait_for_writes()\n"
         "found = [load_snapshot(p) for p in glob.glob('memsnap/step1/*.pickle')]\nlen(found)"
     )
-    assert res.success and res.result == 1  # the plain cell after it found the file whole
+    assert res.success and res.result == 1  # waited for, the file is there, whole
     assert slow_writes == ["memsnap-writer"]
+
+
+def test_a_plain_cell_has_the_interpreter_to_itself_while_a_write_is_pending(shell, monkeypatch):
+    """The write pauses at its next pickle frame while a cell runs (``Writer.hold``), and goes
+    on once the cell is done: no frame is written while the plain cell runs."""
+    shell.run_cell("import torch")
+    frames: list[str] = []
+    real = snapshot_module._Pausing.write
+
+    def write(self, data):
+        frames.append(shell.user_ns.get("phase", "?"))
+        return real(self, data)
+
+    monkeypatch.setattr(snapshot_module._Pausing, "write", write)
+    assert shell.run_cell("%%memsnap step=1 device=cpu\nkeep = [torch.empty(16) for _ in range(20000)]").success
+    assert shell.run_cell(
+        "phase = 'cell'\nimport time\nt = time.perf_counter()\n"
+        "while time.perf_counter() - t < 0.3: pass\nphase = 'after'"
+    ).success
+    wait_for_writes()
+    assert len(frames) > 1 and "cell" not in frames, frames
 
 
 def test_wait_true_writes_within_the_block(tmp_path, slow_writes):
@@ -91,21 +117,44 @@ def summaries_read(path: Path):
     return read_intervals([path])
 
 
-def test_a_failed_write_is_said_at_the_next_cell_and_the_interval_stays(shell, slow_writes):
+def test_a_write_that_cannot_start_is_said_in_its_cell_and_the_interval_stays(shell, slow_writes):
     Path("blocked").write_text("a file where a folder should be")
     shell.run_cell("import torch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert shell.run_cell("%%memsnap out=blocked device=cpu\nv = torch.ones(4)").success
-        assert not [w for w in caught if "memsnap" in str(w.message)]  # not yet: the write is pending
-        assert shell.run_cell("1 + 1").success
+        res = shell.run_cell("%%memsnap out=blocked device=cpu\nv = torch.ones(4)")
+        assert res.success  # our failure never fails the user's cell
     ours = [w for w in caught if "memsnap" in str(w.message)]
     messages = [str(w.message) for w in ours]
     assert len(messages) == 1 and "could not write blocked/step1/" in messages[0] and "memory only" in messages[0]
-    # from the background write, not from a line of ours nor of the cell about to run
-    assert (ours[0].filename, ours[0].lineno) == ("<memsnap background write>", 0)
+    assert ours[0].lineno == 1 and ours[0].filename.startswith("<ipython-input-")  # at the %%memsnap line
     (iv,) = session().intervals
     assert iv.path is None and iv.peak_allocated > 0
+
+
+def test_a_write_that_fails_in_the_background_is_said_at_the_next_cell(shell, monkeypatch):
+    """A disk that fills up mid-write: the failure comes after the cell, and is said at the
+    start of the next one, from the background write (no line of the cell about to run)."""
+
+    def full(snap, path):
+        time.sleep(0.05)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(snapshot_module, "dump_snapshot", full)
+    shell.run_cell("import torch")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert shell.run_cell("%%memsnap device=cpu\nv = torch.ones(4)").success
+        assert not [w for w in caught if "memsnap" in str(w.message)]  # not yet: the write is pending
+        deadline = time.monotonic() + 30  # the kernel idles between cells: the write runs, and fails
+        while WRITER._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert shell.run_cell("1 + 1").success
+    ours = [w for w in caught if "memsnap" in str(w.message)]
+    assert len(ours) == 1 and "No space left on device" in str(ours[0].message)
+    assert (ours[0].filename, ours[0].lineno) == ("<memsnap background write>", 0)
+    (iv,) = session().intervals
+    assert iv.path is None
 
 
 def test_interpreter_exit_waits_for_the_last_write(tmp_path):

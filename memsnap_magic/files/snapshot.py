@@ -30,7 +30,7 @@ from ..core.nogc import no_gc
 from .compact import complete
 from .meta import Meta
 from .schema import validate
-from .writer import wait_for_writes
+from .writer import WRITER, wait_for_writes
 
 __all__ = ["MAX_FILE_BYTES", "PROTOCOL", "SnapshotError", "dump_snapshot", "load_snapshot", "max_file_bytes"]
 
@@ -224,7 +224,19 @@ def _one_line(e: BaseException, limit: int = 200) -> str:
 def dump_snapshot(snap: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``snap`` atomically (``write_atomically``), pickle protocol 4."""
     complete(snap)  # the CPU route's viewer-only entries, left out while the cell waited
-    return write_atomically(path, lambda f: pickle.dump(snap, f, protocol=PROTOCOL))
+    return write_atomically(path, lambda f: pickle.dump(snap, _Pausing(f), protocol=PROTOCOL))
+
+
+class _Pausing:
+    """A file whose every write is a checkpoint of the background writer: pickle writes a
+    64 KiB frame at a time, so a cell starting meanwhile waits for one frame, not the file."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+
+    def write(self, data: Any) -> int:
+        WRITER.checkpoint()
+        return self._f.write(data)
 
 
 def write_atomically(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> Path:

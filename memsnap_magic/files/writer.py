@@ -6,9 +6,11 @@ for one daemon thread, run in the order handed over, at most ``PENDING`` waiting
 holds a snapshot in memory). It imports nothing of ours but ``core.warn``, so the loader can wait
 on it.
 ``wait()`` blocks until everything handed over is on disk and says what could not be written;
-the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
-on a normal exit and a user's next cell never races our write. A write that fails leaves its
-interval with ``path=None`` and becomes one warning at the next ``wait()``. A hard kill can lose
+a ``%%memsnap`` cell, ``%memsnap`` commands, the loaders and exit call it, so nothing is lost on a
+normal exit and nothing of ours reads a file half there. A plain cell does not wait: the writer
+pauses while it runs (``hold``: jobs stop at their next ``checkpoint``, a pickle frame or a chunk
+freed), so the cell has the interpreter to itself and the write goes on once it is done. A write
+that fails leaves its interval with ``path=None`` and becomes one warning at the next cell. A hard kill can lose
 what is still pending: the newest file or two. A multiprocessing worker waits as it ends (its
 ``os._exit`` runs no ``atexit`` handler, so multiprocessing's own exit finalizers do it).
 """
@@ -20,12 +22,13 @@ import os
 import queue
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 from ..core.warn import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
-HOLD_S = 1.0  # the longest a hold keeps a job from starting (a cell whose end no event tells)
+HOLD_S = 1.0  # the longest a hold pauses the jobs (a long cell, or one whose end no event tells)
 Job = Callable[[], Optional[str]]  # writes something; returns what went wrong, in one line, or None
 Where = Optional[tuple[str, int]]  # the line a failure is said at: the block's that recorded it
 
@@ -39,16 +42,25 @@ class Writer:
         self._pid = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, Where]] = []
-        self._go = threading.Event()  # cleared by hold(): jobs wait for the cell to end
+        self._go = threading.Event()  # cleared by hold(): jobs pause while a cell runs
         self._go.set()
+        self._until = 0.0  # when the current hold lapses (time.monotonic())
 
     def hold(self) -> None:
-        """Start no job until ``release()`` (at most ``HOLD_S``): the rest of the user's cell runs
-        without a write sharing the interpreter with it (it held it for up to 5 ms at a time)."""
+        """Pause the jobs at their next ``checkpoint`` until ``release()``, at most ``HOLD_S``:
+        the user's cell runs without a write sharing the interpreter with it (a write held it
+        for up to 5 ms at a time, and a plain cell slowed several-fold while one went on)."""
+        self._until = time.monotonic() + HOLD_S
         self._go.clear()
 
     def release(self) -> None:
         self._go.set()
+
+    def checkpoint(self) -> None:
+        """Where a job may pause (between slices of its work): while held, on the writer's own
+        thread, until released or the hold lapses. Free when not held."""
+        if not self._go.is_set() and threading.current_thread() is self._thread:
+            self._go.wait(max(0.0, self._until - time.monotonic()))
 
     def submit(self, job: Job, what: str, where: Where = None) -> None:
         """Run ``job`` (which writes ``what``) in the background, after the jobs before it;
@@ -71,10 +83,10 @@ class Writer:
             self._queue.join()
         self._say(ours_first=False)
 
-    def report(self) -> None:
-        """Say what failed so far, without waiting (a script's next block: the writes of the
-        one before go on while it runs)."""
-        self._say(ours_first=True)
+    def report(self, ours_first: bool = True) -> None:
+        """Say what failed so far, without waiting (a script's next block, a notebook's next
+        plain cell: the writes of the one before go on)."""
+        self._say(ours_first)
 
     def _say(self, ours_first: bool) -> None:
         """One warning per failed job, at the line of the block that recorded it, unless the
@@ -87,7 +99,7 @@ class Writer:
     def _run(self) -> None:
         while True:
             job, what, where = self._queue.get()
-            self._go.wait(HOLD_S)
+            self.checkpoint()
             message = None
             try:
                 message = job()
@@ -117,7 +129,7 @@ def wait_for_writes() -> None:
     """Block until every snapshot recorded so far is on disk; warn about any that could not be
     written (``wait=true`` does this per cell).
 
-    In IPython every cell starts by waiting; ``%memsnap`` commands, ``load_snapshot``, the
-    folder readers and interpreter exit wait too. Code that opens its own dumps another way
-    (``open``, a viewer) calls this first."""
+    In IPython every ``%%memsnap`` cell starts by waiting; ``%memsnap`` commands,
+    ``load_snapshot``, the folder readers and interpreter exit wait too. Code that opens its own
+    dumps another way (``open``, a viewer) calls this first: a plain cell does not wait."""
     WRITER.wait()

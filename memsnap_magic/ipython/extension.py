@@ -1,5 +1,5 @@
 """What ``%load_ext memsnap_magic`` sets up in a shell, and ``%unload_ext`` takes down: the
-magics, ``mark`` in the namespace, a wait for our background writes before every cell, a count
+magics, ``mark`` in the namespace, our background writes paused while a cell runs, a count
 of cells run, and the check that refuses a ``%%memsnap`` body's syntax error before it records.
 
 Imports neither torch, numpy nor matplotlib: they load when a cell first records or draws.
@@ -35,14 +35,16 @@ def load(ipython: Any) -> None:
 
 
 def _before_cell(info: Any = None) -> None:
-    """Every cell starts once our background writes are done: it never races one for a file,
-    nor shares the interpreter with one."""
+    """Every cell starts at once: our background writes pause while it runs (``Writer.hold``),
+    so it does not share the interpreter with one, nor wait for one (a ``%%memsnap`` cell and
+    the ``%memsnap`` commands wait themselves). Writes that failed so far are said now."""
+    WRITER.hold()
     with blamed_on(BACKGROUND):  # a failure said here is no line's of the cell about to run
-        wait_for_writes()
+        WRITER.report(ours_first=False)
 
 
 def _after_cell(result: Any = None) -> None:
-    """A recorded cell's file starts being written once the cell is done (``Writer.hold``)."""
+    """The writes go on once the cell is done."""
     WRITER.release()
 
 
@@ -55,7 +57,8 @@ def _count_cell() -> None:
 def unload(ipython: Any) -> None:
     """``%unload_ext memsnap_magic``: stop any recording we left on; drop ``mark`` if ours."""
     STATE.stop_all()
-    _before_cell()
+    with blamed_on(BACKGROUND):
+        wait_for_writes()
     if _before_cell in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", _before_cell)
     if _after_cell in ipython.events.callbacks["post_run_cell"]:

@@ -21,7 +21,7 @@ from IPython.display import display
 
 from ..core.clean import one_line
 from ..core.errors import SnapshotError
-from ..core.warn import warn
+from ..core.warn import BACKGROUND, blamed_on, warn
 from ..files.layout import LAYOUT
 from ..files.writer import WRITER, wait_for_writes
 from ..recording import options
@@ -114,6 +114,8 @@ class MemsnapMagics(Magics):
             shell.user_ns.setdefault("mark", mark)
         recorder = Recorder(options=opts, namespace=shell.user_ns, report=_print_report)
         recorder.where = (code.filename, 1)  # our warnings point at the %%memsnap line
+        with blamed_on(BACKGROUND):  # the step before is on disk first: files in order, memory bounded
+            wait_for_writes()
         WRITER.hold()  # its file is written once the cell is done (released after it, or by a wait)
         try:
             started = self._start(recorder)

@@ -89,11 +89,12 @@ def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, ke
     if iv is not None and made and not (backend.host and backend.recording):
         rec._quietly(walk_after, snap, d, iv, made, rec.reach.tensors(), backend.device)
     write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
-    if o.wait or iv is None:
+    now = o.wait or iv is None or not _folder_made(path)  # a folder that cannot be made: said in this cell
+    if now:
         _write_now(write)
     if iv is not None:
         _join_session(rec, iv, record, cleared)
-    if not (o.wait or iv is None):  # after what the user waits for: the figures, the report
+    if not now:  # after what the user waits for: the figures, the report
         try:  # blocks while the write before waits: a Ctrl-C there means no file
             WRITER.submit(write, str(path), rec.where)
         except BaseException:
@@ -180,6 +181,16 @@ def _join_session(rec: Recorder, iv: Interval, record: Device, cleared: bool) ->
         rec._quietly(rec.report, iv, previous)
     elif iv.incomplete:  # a block's figures, with no line printed to say it
         warn(f"memsnap: step {iv.step} on {record.backend.device} is incomplete: {iv.incomplete}", stacklevel=5)
+
+
+def _folder_made(path: Path) -> bool:
+    """Whether the file's folder is there or could be made (here, in microseconds): a write that
+    cannot even start fails in its own cell, not in the background after the cells that follow."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _write_now(write: Callable[[], str | None]) -> None:

@@ -225,6 +225,7 @@ class _Profiler:
         if self._released is not None:
             pid, done = self._released
             if pid == os.getpid():  # a fork's copy was never handed to its writer: nothing to wait for
+                WRITER.release()  # paused while a cell runs, it would keep this cell waiting
                 done.wait()
             self._released = None
 
@@ -259,7 +260,9 @@ def _freeing(spent: list[Any], done: threading.Event, pause: float) -> Callable[
                 item = spent.pop()
                 while isinstance(item, list) and item:
                     del item[-4096:]
+                    WRITER.checkpoint()
                 del item
+                WRITER.checkpoint()
         finally:
             done.set()
 
