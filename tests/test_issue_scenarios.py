@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from surfaces import said_everywhere
 
 from memsnap_magic import session
@@ -68,3 +69,46 @@ def test_issue_41s_notebook_is_answered_as_a_senior_engineer_would(cpu, capsys):
         lines = finding_lines([iv for iv in session().intervals if iv.run == run])
         shown = said_everywhere(session(), Path("memsnap"), capsys, run)
         assert shown == dict.fromkeys(shown, lines)
+
+
+GPT2 = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=512, n_embd=128, n_layer=2, n_head=4))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+xv = torch.randint(0, 1000, (8, 64))
+val_losses = []
+def train(b=8, keep_graph=True):
+    tokens = torch.randint(0, 1000, (b, 64))
+    model(tokens, labels=tokens).loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    val = model(xv, labels=xv).loss
+    val_losses.append(val if keep_graph else val.item())
+train(keep_graph=False)
+"""
+
+
+def test_a_model_whose_code_we_did_not_write_leaking_and_fixed(cpu, capsys):
+    """transformers' GPT-2 (two layers, AdamW): a validation loss kept with its graph each step
+    and a 4x batch at step 4, then the same run fixed. Nothing was tuned to it."""
+    pytest.importorskip("transformers", reason="the [transformers] extra is not installed")
+    assert cpu.run_cell(GPT2).success
+    for run, keep in (("leaky", True), ("fixed", False)):
+        cpu.run_cell("val_losses.clear()")
+        for step in range(1, 7):
+            b = 32 if step == 4 else 8
+            assert cpu.run_cell(f"%%memsnap step={step} run={run}\ntrain(b={b}, keep_graph={keep})").success
+    capsys.readouterr()
+    cpu.run_line_magic("memsnap", "list")
+    said = capsys.readouterr().out
+    leaky = said[said.index("findings (run leaky)") : said.index("findings (run fixed)")]
+    fixed = said[said.index("findings (run fixed)") :]
+    assert re.search(r"leak: steps 1–6 each kept \+\d", leaky)
+    assert "kept by `val_losses` (list)" in leaky and "autograd graph" in leaky
+    site = re.search(r"leak site: train \(cell In\[\d+\]:(\d+)\)", leaky)
+    assert site and GPT2.strip("\n").splitlines()[int(site.group(1)) - 1].strip().startswith("val =")
+    assert "do: keep `loss.item()`" in leaky
+    assert re.search(r"spike: step 4 held \+[\d.]+ MiB only for a while", leaky)
+    assert re.search(r"spike: step 4 held \+[\d.]+ MiB only for a while", fixed) and "leak" not in fixed.replace(
+        "run fixed", ""
+    )
