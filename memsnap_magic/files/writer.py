@@ -7,8 +7,10 @@ holds a snapshot in memory). It imports nothing of ours but ``core.warn``, so th
 on it.
 ``wait()`` blocks until everything handed over is on disk and says what could not be written;
 the magic calls it before every cell, ``%memsnap`` commands and exit call it, so nothing is lost
-on a normal exit and a user's next cell never races our write. A write that fails leaves its
-interval with ``path=None`` and becomes one warning at the next ``wait()``. A hard kill can lose
+on a normal exit and a user's next cell never races our write. The thread only writes: what a
+write changes elsewhere (the session's record of its interval: the file's size, or ``path=None``
+where it failed) comes back as a ``Done`` that ``wait()`` and ``report()`` apply on the thread
+that calls them, and a failure becomes one warning there. A hard kill can lose
 what is still pending: the newest file or two. A multiprocessing worker waits as it ends (its
 ``os._exit`` runs no ``atexit`` handler, so multiprocessing's own exit finalizers do it).
 """
@@ -20,13 +22,24 @@ import os
 import queue
 import sys
 import threading
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 from ..core.warn import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
 HOLD_S = 1.0  # the longest a hold keeps a job from starting (a cell whose end no event tells)
-Job = Callable[[], Optional[str]]  # writes something; returns what went wrong, in one line, or None
+
+
+class Done(NamedTuple):
+    """What a job did: what went wrong (one line) or None, and ``then``: what its outcome
+    changes elsewhere, run by whoever waits or reports, never on the writer's thread."""
+
+    message: str | None
+    then: Callable[[], None]
+
+
+# writes something; returns what went wrong, in one line, or None, or a Done
+Job = Callable[[], Union[str, Done, None]]
 Where = Optional[tuple[str, int]]  # the line a failure is said at: the block's that recorded it
 
 
@@ -39,6 +52,7 @@ class Writer:
         self._pid = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, Where]] = []
+        self._done: list[Callable[[], None]] = []  # the ``then`` of each job done, to apply in order
         self._go = threading.Event()  # cleared by hold(): jobs wait for the cell to end
         self._go.set()
 
@@ -77,10 +91,17 @@ class Writer:
         self._say(ours_first=True)
 
     def _say(self, ours_first: bool) -> None:
-        """One warning per failed job, at the line of the block that recorded it, unless the
-        caller blames another place (a notebook's next cell says it from the background)."""
+        """Apply what the jobs done so far changed; then one warning per failed job, at the line
+        of the block that recorded it, unless the caller blames another place (a notebook's next
+        cell says it from the background)."""
         with self._lock:
             failures, self._failures = self._failures, []
+            done, self._done = self._done, []
+        for then in done:
+            try:
+                then()
+            except Exception as e:  # one result that cannot be applied must not lose the others
+                warn(f"memsnap: applying a background write failed: {type(e).__name__}: {e}", stacklevel=4)
         for message, where in failures:
             warn(message, stacklevel=4, where=where if ours_first or blamed() is None else None)
 
@@ -88,15 +109,18 @@ class Writer:
         while True:
             job, what, where = self._queue.get()
             self._go.wait(HOLD_S)
-            message = None
+            message, then = None, None
             try:
-                message = job()
+                out = job()
+                message, then = out if isinstance(out, Done) else (out, None)
             except BaseException as e:  # the thread outlives anything, or wait() would block forever
                 message = f"memsnap: could not write {what}: {type(e).__name__}: {e}"
             finally:
                 del job  # what it holds (a snapshot) is freed once written, not when the next comes
-                if message is not None:  # before the job counts as done: a wait() then sees it
-                    with self._lock:
+                with self._lock:  # before the job counts as done: a wait() then sees it
+                    if then is not None:
+                        self._done.append(then)
+                    if message is not None:
                         self._failures.append((message, where))
                 self._queue.task_done()
 

@@ -100,7 +100,7 @@ class Recorder:
         self.namespace = namespace if namespace is not None else caller.f_globals
         self.reach = Reach(self.namespace, caller.f_code if function else None, given, options)
         self.report = report
-        self.intervals: list[Interval] = []
+        self._joined: dict[int, Interval] = {}  # what each block recorded, by origin: the newest record known
         self._backend: Backend | None = None
         self._out = ""  # options.out made absolute when recording starts: where the files go
         self._current: int | None = None
@@ -119,6 +119,12 @@ class Recorder:
         # the frame running the `with`, where its exit runs too, whatever thread or task that is then
         self._unrecorded: dict[int, int] = {}
         self._told_thread = False  # mark() from another thread was refused once, with a warning
+
+    @property
+    def intervals(self) -> list[Interval]:
+        """What its blocks recorded, in order: each as the session holds it now (with what became
+        known since: its cumulative figures, its file's size), else as last known."""
+        return [self.session.current(iv) for iv in self._joined.values()]
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.

@@ -61,17 +61,17 @@ NAME, ITEM, KEY, ATTR, MODULE_ATTR, HOOK, CLOSURE, CLASS_ATTR, GRAD, GRAPH, STAT
 
 
 def walk_after(
-    snap: dict[str, Any], d: dict[str, Any], iv: Any, made: list[tuple[int, int, str | None]], names: Names, device: str
+    snap: dict[str, Any], d: dict[str, Any], made: list[tuple[int, int, str | None]], names: Names, device: str
 ) -> None:
     """After a step's snapshot (the recording done): where it kept more than the leak floor, find
     what holds the blocks it made and kept (``made``: address, size, model-state category or
-    None), and write that into the file's ``memsnap`` block, the digest (its summary) and the
-    interval, so a file read later still says who held them. Model state is left out unless it
+    None), and write that into the file's ``memsnap`` block and the digest (its summary, and the
+    interval made of it), so a file read later still says who held them. Model state is left out unless it
     is all the step kept; then its optimizer state is asked about (an optimizer made anew each
     step), never its gradients (made anew after ``zero_grad()``, or grown in place).
     Ordinary steps pay nothing: under the floor, no walk."""
-    start = iv.baseline_allocated
-    if not made or iv.kept <= floor(start):
+    start = d["baseline_allocated"]
+    if not made or d["end_allocated"] - start <= floor(start):
         return
     leakable = {addr: size for addr, size, role in made if role is None}
     if sum(leakable.values()) <= floor(start):
@@ -81,7 +81,6 @@ def walk_after(
     found = find_holders(names() if callable(names) else names, leakable, device)
     snap[META_KEY]["holders"] = found
     d["meta"] = dataclasses.replace(d["meta"], holders=found)
-    iv.kept_by, iv.holders = [list(row) for row in found["rows"]], found
 
 
 def find_holders(

@@ -9,6 +9,7 @@ notebook does not hold hundreds of MB.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -30,9 +31,13 @@ from .stacks import Kinds, learn_cells, plain_frames, site
 TOP_BLOCKS = 32  # blocks kept per interval: alive at the peak, and made here and alive at the end
 
 
-@dataclass
+@dataclass(frozen=True)
 class Interval(Figures):
-    """One recorded interval (a cell, or one step of a loop). Bytes are ints."""
+    """One recorded interval (a cell, or one step of a loop). Bytes are ints.
+
+    Frozen: complete when it joins a session. What becomes known later (its cumulative figures
+    as steps are added, the file's size once written) the session puts in a new record that
+    takes its place (``dataclasses.replace``; ``Session.current`` finds it from the old one)."""
 
     step: int
     rank: int
@@ -73,9 +78,8 @@ class Interval(Figures):
     # spike is judged by; None where unknown (a step built by hand)
     transient: int | None = None
     # who keeps what it made and kept (``recording.retention``, walked when it kept more than the
-    # leak floor): [path, bytes, blocks] from a name of the namespace, largest first; ``holders``
-    # also has each path's route, the bytes no path reached and whether the walk was cut
-    kept_by: list[list[Any]] = field(default_factory=list)
+    # leak floor): its ``rows`` (``kept_by``), each path's route, the bytes no path reached and
+    # whether the walk was cut
     holders: dict[str, Any] | None = None
     # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
@@ -91,17 +95,29 @@ class Interval(Figures):
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
     time_us: Any = field(default=None, repr=False)
     allocated: Any = field(default=None, repr=False)
+    # which recording this record is: the records the session makes of it (``replace``) share it
+    origin: int = field(default_factory=itertools.count(1).__next__, repr=False, compare=False)
+
+    @property
+    def kept_by(self) -> list[list[Any]]:
+        """Who keeps what it made and kept: [path, bytes, blocks] from a name of the namespace,
+        largest first (``holders``' rows); [] where no walk ran."""
+        return [list(row) for row in self.holders["rows"]] if self.holders else []
 
     def to_record(self) -> dict[str, Any]:
-        rec = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in ("time_us", "allocated", "top_blocks", "born")
-        }
+        rec: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "holders":  # where kept_by was a field of its own, before holders
+                rec["kept_by"] = self.kept_by
+            if f.name not in _UNRECORDED:
+                rec[f.name] = getattr(self, f.name)
         rec["path"] = str(self.path) if self.path is not None else None
         rec["peak_increase"] = self.peak_increase
         rec["kept"] = self.kept
         return rec
+
+
+_UNRECORDED = ("time_us", "allocated", "top_blocks", "born", "origin")  # not in to_record()
 
 
 # What a digest holds besides its ``meta``: an Interval's fields as its snapshot gives them,
@@ -206,7 +222,6 @@ def interval_from_digest(
         context=_first(meta.context, defaults.CONTEXT),
         run=_run_of(run, meta, path),
         **{key: getattr(meta, key) for key in FROM_META},
-        kept_by=[list(row) for row in meta.holders["rows"]] if meta.holders else [],
         **{key: d[key] for key in CONTENT},
     )
 

@@ -377,7 +377,7 @@ class Dashboard:
         the capacity changed (it reads their files)."""
         chosen = [iv for iv in self.session.intervals if iv.scale]
         capacity = self.capacity.value.strip() or None
-        key = ([(id(iv), iv.path, tuple(iv.scale.items())) for iv in chosen if iv.scale], capacity)
+        key = ([(iv.origin, iv.path, tuple(iv.scale.items())) for iv in chosen if iv.scale], capacity)
         if key != self._fit_key:
             self.fit, self._fit_key = fit_of(self.session.intervals, capacity), key
         return self.fit
