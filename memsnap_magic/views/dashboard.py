@@ -23,20 +23,18 @@ from ..recording.process_state import STATE
 from ..results.intervals import Interval
 from ..results.session import Session, recorded_before
 from . import charts, overview, timeline
+from .dashboard_widgets import POINT_HINT, DashboardWidgets
 from .explain import bar_figures, blocks_table, caveats, failure_banner, ranks_figures, usage_line
 from .fit import Fit, fit_of
-from .headline import FINDINGS_CSS, Finding, findings_html
-from .overview import ALL_RANKS, FIT, VIEW_LABELS, VIEW_MEANS, offered_views
+from .headline import Finding, findings_html
+from .overview import ALL_RANKS, FIT, VIEW_MEANS, offered_views
 from .overview import CUMULATIVE_MEANS as CUMULATIVE_MEANS  # importable from here, as before
 from .pointing import bar_at
 from .report import interval_table
-from .still import FIT_ALT, MAX_WIDTH, OVERVIEW_ALT, THEME_CSS, still_bundle
-
-POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
-CAPACITY_HINT = "auto, 80GiB or bytes"
+from .still import FIT_ALT, OVERVIEW_ALT, still_bundle
 
 
-class Dashboard:
+class Dashboard(DashboardWidgets):
     """Overview of every step, a view control, and the selected step's timeline and top blocks."""
 
     def __init__(self, session: Session | None = None, view: str | None = None) -> None:
@@ -45,64 +43,7 @@ class Dashboard:
             offered = ", ".join(value for _, value in offered_views(self.session))
             fit = "" if FIT in offered_views(self.session) else " (fit: where a step was recorded with scale=)"
             raise ValueError(f"dashboard: view={view!r} is not one of {offered}{fit}")
-        labels = {"description_width": "70px"}  # both controls' labels line up
-        self.view = w.ToggleButtons(
-            options=list(VIEW_LABELS.items()),
-            value="interval",
-            description="view",
-            style=dict(labels, button_width="110px"),
-        )
-        self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
-        # the fit view's capacity: what the largest size that fits is asked against
-        self.capacity = w.Text(
-            value="auto",
-            description="capacity",
-            placeholder=CAPACITY_HINT,
-            continuous_update=False,
-            layout=w.Layout(display="none", width="230px"),
-            style=labels,
-        )
-        self.group = w.Dropdown(
-            description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
-        )
-        self.view_help = w.HTML(layout=w.Layout(margin="0 0 0 76px"))
-        self.step = w.Dropdown(description="step", style=labels)
-        self.run = w.Dropdown(description="run", layout=w.Layout(display="none", width="240px"), style=labels)
-        small = w.Layout(width="32px")
-        self.prev = w.Button(icon="chevron-left", tooltip="previous step", layout=small)
-        self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
-        self.follow = w.Checkbox(value=True, description="follow newest", indent=False)
-        self.header = w.HTML()
-        self.header.add_class("memsnap-headline")
-        self.overview = w.Image(format="png")
-        self.readout = w.HTML(f"<small style='opacity:0.75'>{POINT_HINT}</small>")
-        self.readout.add_class("memsnap-readout")
-        self.error = w.HTML()
-        self.detail = w.Image(format="png")
-        self.usage = w.HTML()
-        self.blocks = w.HTML()
-        self.root = w.VBox(
-            [
-                w.HTML(f"<style>{THEME_CSS} {FINDINGS_CSS}</style>"),
-                self.header,
-                w.HBox([self.view, self.group, self.capacity], layout=w.Layout(flex_flow="row wrap")),
-                self.view_help,
-                self.overview,
-                self.readout,
-                # wraps in a narrow output (a side bar open) instead of scrolling sideways
-                w.HBox([self.run, self.step, self.prev, self.next, self.follow], layout=w.Layout(flex_flow="row wrap")),
-                self.error,
-                self.detail,
-                self.usage,
-                self.blocks,
-            ]
-        )
-        self.root.add_class("memsnap-dashboard")
-        self.root.layout.align_items = "flex-start"
-        # images follow the output's width (up to a size where the text is already large); their
-        # PNGs carry 2x the pixels, so text stays sharp
-        for image in (self.overview, self.detail):
-            image.layout = w.Layout(width="100%", max_width=MAX_WIDTH, height="auto", margin="6px 0")
+        super().__init__()
         self.overview_fig: Any = None
         self.detail_fig: Any = None
         self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see chartkit.reuse_figure)
