@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.nogc import no_gc
-from .prediction_align import Interner, Recording, read_recording
 from .prediction_capacity import auto_capacity, parse_capacity
 from .prediction_input import asked, chosen_runs, parse_size, recordings, source, whole
 from .prediction_model import StepModel
 from .prediction_peak import Growth, PeakMoment, at_peak, growth, when
+from .prediction_recording import Interner, Recording, read_recording
 from .prediction_words import PredictionRefused, check_aligned
 from .session import Session
 

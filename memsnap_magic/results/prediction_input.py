@@ -15,7 +15,7 @@ from ..core.names import run_label
 from ..files.meta import SCALE_NAME, SCALE_RESERVED
 from ..files.snapshot import load_snapshot
 from .intervals import Interval
-from .prediction_align import Recording
+from .prediction_recording import Recording
 from .session import Session
 
 
