@@ -19,7 +19,7 @@ from ..files import layout, snapshot
 from ..files.layout import snapshot_path, step_mark
 from ..files.meta import META_KEY, Meta, exception_name
 from ..files.writer import WRITER, Done
-from ..results import intervals, labels, stacks
+from ..results import digests, intervals, labels, stacks
 from .process_state import STATE, ChainSteps, Device
 from .retention import walk_after
 
@@ -78,7 +78,7 @@ def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, ke
     snap[META_KEY] = meta.to_dict()
     path: Path = snapshot_path(rec._out or o.out, step, o.tag, rec._rank, o.run)
     try:
-        d = rec._quietly(intervals.digest, snap, kept_blocks=True)
+        d = rec._quietly(digests.digest, snap, kept_blocks=True)
     finally:
         rec._quietly(backend.end, keep=keep)
     made = d.pop("kept_blocks", None) if d is not None else None  # for the walk, never in a summary
