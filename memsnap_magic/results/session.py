@@ -69,10 +69,12 @@ def _stream(iv: Interval) -> tuple[str, int, str]:
 
 class Session:
     """Intervals run by run (in the order runs began), each run in step and rank order (ties in
-    the order added); re-running a step replaces its interval within its run."""
+    the order added); re-running a step replaces its interval within its run. A record held is
+    never changed: a figure that moves later (cumulative, a file's size) comes in a new record
+    in its place, which ``current`` finds from the old one."""
 
     def __init__(self) -> None:
-        self.intervals: list[Interval] = []  # every run's; read it, change it only through add and reset
+        self.intervals: list[Interval] = []  # every run's; read it, change it only through add, written, reset
         self.defaults: dict[str, Any] = {}  # %memsnap config: option -> value, over the table's defaults
         self.last: Interval | None = None  # the interval added most recently
         self.last_replaced: Interval | None = None  # the one ``last`` replaced, if any
