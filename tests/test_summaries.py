@@ -423,3 +423,18 @@ def test_every_interval_fact_has_exactly_one_source():
     assert sum(len(s) for s in sources) == len(names)  # no fact comes from two places
     # kept_by is derived from holders (its rows), not a fact of its own, yet recorded as before
     assert "kept_by" not in names and isinstance(Interval.kept_by, property)
+    # the session's facts are the cumulative figures (as it adds one) and the write's outcome
+    from pathlib import Path
+
+    from memsnap_magic.results.session import Session
+
+    s, given = Session(), Interval(1, 0, "cpu", None, 0, 5, 0, 3, holders={"rows": [["x", 1, 1]]})
+    s.add(given)
+
+    def changed(a, b):
+        return {f.name for f in fields(Interval) if getattr(a, f.name) != getattr(b, f.name)}
+
+    assert changed(given, s.last) == {"cumulative_peak_allocated", "cumulative_trace_entries"}
+    held = s.last
+    assert changed(held, s.written(held, Path("x.pickle"), 7)) == {"path", "file_bytes"} < set_later
+    assert given.kept_by == [["x", 1, 1]] and given.to_record()["kept_by"] == [["x", 1, 1]]
