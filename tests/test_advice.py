@@ -4,6 +4,7 @@ advice; where none matches, no advice. The holders are read from walks' rows as 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from test_findings import run_of
@@ -40,16 +41,18 @@ def walked(route: list[list[str]], optimizers: list[str] = (), steps: int = 4, k
     ivs = run_of([(kept, kept)] * steps)
     for n, iv in enumerate(ivs):
         hops = [[text.format(n=n), kind, how] for text, kind, how in route]
-        iv.holders = {
-            "rows": [["".join(h[0] for h in hops), kept, 1]],
-            "routes": [hops],
-            "blocks": [],
-            "unreached": 0,
-            "objects": 40,
-            "cut": None,
-            "optimizers": list(optimizers),
-        }
-        iv.kept_by = [list(iv.holders["rows"][0])]
+        ivs[n] = replace(
+            iv,
+            holders={
+                "rows": [["".join(h[0] for h in hops), kept, 1]],
+                "routes": [hops],
+                "blocks": [],
+                "unreached": 0,
+                "objects": 40,
+                "cut": None,
+                "optimizers": list(optimizers),
+            },
+        )
     return ivs
 
 
@@ -113,11 +116,11 @@ def test_the_largest_holder_is_named():
 def test_model_state_kept_step_after_step_leaks_an_optimizers_first_step_does_not():
     state = {"optimizer_state": 8 * MiB}
     first = run_of([(8 * MiB, 8 * MiB), (MiB // 4, 0), (MiB // 4, 0)])
-    first[0].by_category = state  # AdamW's first step makes its state, once
+    first[0] = replace(first[0], by_category=state)  # AdamW's first step makes its state, once
     assert leaks(first, [1, 2, 3]) == []
     anew = run_of([(8 * MiB, 8 * MiB)] * 3)
-    for n, iv in enumerate(anew, start=1):  # each step keeps another optimizer's state beside the last
-        iv.by_category = {"optimizer_state": 8 * MiB * n}
+    for n, iv in enumerate(anew):  # each step keeps another optimizer's state beside the last
+        anew[n] = replace(iv, by_category={"optimizer_state": 8 * MiB * (n + 1)})
     (run,) = leaks(anew, [1, 2, 3])
     assert run.steps == (1, 2, 3) and run.kept == (8 * MiB,) * 3
 
@@ -126,9 +129,8 @@ def test_gradients_made_in_one_cell_and_optimizer_state_in_the_next_are_no_leak(
     # cell 1: backward makes the gradients; cell 2: opt.step() makes AdamW's state; then both
     # are made anew in place: two categories grew once each, side by side
     ivs = run_of([(8 * MiB, 8 * MiB), (8 * MiB, 8 * MiB), (MiB // 4, 0), (MiB // 4, 0)])
-    ivs[0].by_category = {"gradient": 8 * MiB}
-    for iv in ivs[1:]:
-        iv.by_category = {"gradient": 8 * MiB, "optimizer_state": 8 * MiB}
+    ivs[0] = replace(ivs[0], by_category={"gradient": 8 * MiB})
+    ivs[1:] = [replace(iv, by_category={"gradient": 8 * MiB, "optimizer_state": 8 * MiB}) for iv in ivs[1:]]
     assert leaks(ivs, [1, 2, 3, 4]) == []
 
 

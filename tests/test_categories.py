@@ -4,6 +4,7 @@ known answers on the CPU, in the dump the way memory_viz reads it."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -278,7 +279,7 @@ def test_the_categories_view_stacks_each_steps_peak_and_the_table_says_what():
     MiB = 1 << 20
     s = Session()
     labelled = interval(1, 4 * MiB, 10 * MiB, 4 * MiB)
-    labelled.by_category_at_peak = {"parameter": 4 * MiB, "activation": 6 * MiB}
+    labelled = replace(labelled, by_category_at_peak={"parameter": 4 * MiB, "activation": 6 * MiB})
     for b, category in zip(labelled.top_blocks, ("activation", "parameter")):
         b["category"] = category
     s.add(labelled)

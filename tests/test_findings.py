@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,8 +45,7 @@ def held_run(figures: list[tuple[int, int]], start: int = 100 * MiB) -> list[Int
     peak, so the peak is its start, what it kept and what it held for a while."""
     out = []
     for step, (held, kept) in enumerate(figures, start=1):
-        iv = interval(step, start, kept + held, kept)
-        iv.transient = held
+        iv = replace(interval(step, start, kept + held, kept), transient=held)
         out.append(iv)
         start += kept
     return out
@@ -146,10 +146,10 @@ def test_a_step_recorded_after_a_leak_is_not_what_the_leak_is_held_since():
     # step 5 recorded first (it leaks 2 MiB), then step 2: shown 2, 5, but 5 ran before 2
     two = interval(2, 101 * MiB, 0, 0)
     five = interval(5, 100 * MiB, 2 * MiB, 2 * MiB)
-    five.end_us, two.end_us = 1_000, 2_000
+    five, two = replace(five, end_us=1_000), replace(two, end_us=2_000)
     (leak,) = leaks([two, five], [2, 5])
     assert leak.since is None and "held since" not in headline([two, five])
-    five.end_us, two.end_us = 2_000, 1_000  # recorded in order: held since step 2
+    five, two = replace(five, end_us=2_000), replace(two, end_us=1_000)  # recorded in order: held since step 2
     (leak,) = leaks([two, five], [2, 5])
     assert leak.since == 2
 

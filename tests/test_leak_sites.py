@@ -83,7 +83,7 @@ def test_a_buffer_replaced_each_step_is_not_a_leak():
     ivs = []
     for step in range(1, 6):
         iv = interval(step, 10 * MiB, 20 * MiB, 10 * MiB)  # end == start: nothing kept overall
-        iv.kept_by_site = [["ring_buffer (cell In[2]:4)", 8 * MiB, 1]]
+        iv = replace(iv, kept_by_site=[["ring_buffer (cell In[2]:4)", 8 * MiB, 1]])
         ivs.append(iv)
     assert leak_sites(ivs, [iv.step for iv in ivs]) == []
     assert "leak site" not in headline(ivs)
@@ -94,13 +94,14 @@ def test_two_runs_of_one_site_are_two_leaks_largest_first():
     for step in range(1, 8):
         leaking = step in (2, 3, 6)
         iv = interval(step, 10 * MiB, 20 * MiB, 10 * MiB + (3 * MiB if leaking else 0))
-        iv.kept_by_site = [["grow (cell In[1]:2)", 3 * MiB, 1]] if leaking else []
+        iv = replace(iv, kept_by_site=[["grow (cell In[1]:2)", 3 * MiB, 1]] if leaking else [])
         ivs.append(iv)
     found = leak_sites(ivs, [iv.step for iv in ivs])
     assert [(f.steps, f.total) for f in found] == [((2, 3), 6 * MiB), ((6,), 3 * MiB)]
     assert "leak site: grow (cell In[1]:2) kept +3.0 MiB per step over steps 2–3 (also step 6)" in headline(ivs)
-    ivs[6].kept_by_site = [["other (cell In[1]:9)", 3 * MiB, 1]]  # step 7 leaks too, elsewhere
-    ivs[6].end_allocated += 3 * MiB
+    ivs[6] = replace(  # step 7 leaks too, elsewhere
+        ivs[6], kept_by_site=[["other (cell In[1]:9)", 3 * MiB, 1]], end_allocated=ivs[6].end_allocated + 3 * MiB
+    )
     assert "over steps 2–3 (also step 6; 1 more site)" in headline(ivs)
 
 

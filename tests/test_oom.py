@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,17 @@ def test_no_oom_no_report_and_the_dashboard_says_it_in_the_step():
     s = Session()
     s.add(interval(1, 0, 10, 0))
     failed = interval(2, 0, 20, 0, error="OutOfMemoryError")
-    failed.oom = {
-        "requested": 1 << 40,
-        "site": None,
-        "device_free": 1 << 20,
-        "allocated": 20,
-        "by_category": None,
-        "sites": [],
-    }
+    failed = replace(
+        failed,
+        oom={
+            "requested": 1 << 40,
+            "site": None,
+            "device_free": 1 << 20,
+            "allocated": 20,
+            "by_category": None,
+            "sites": [],
+        },
+    )
     s.add(failed)
     assert s.intervals[0].oom is None and oom_report(s.intervals[0]) is None
     d = Dashboard(s)

@@ -7,6 +7,7 @@ import html
 import json
 import pickle
 import re
+from dataclasses import replace
 from itertools import accumulate
 
 import pytest
@@ -157,14 +158,10 @@ def _two_runs() -> Session:
         base = 100 * MiB + held
         leak = 32 * MiB if 3 <= step <= 8 else 0
         spike = 128 * MiB if step == 5 else 0
-        iv = interval(step, base, base + 32 * MiB + leak + spike, base + leak)
-        iv.run = "before"
-        s.add(iv)
+        s.add(replace(interval(step, base, base + 32 * MiB + leak + spike, base + leak), run="before"))
         held += leak
     for step in range(1, 10):
-        iv = interval(step, 100 * MiB, 132 * MiB, 100 * MiB)
-        iv.run = "after"
-        s.add(iv)
+        s.add(replace(interval(step, 100 * MiB, 132 * MiB, 100 * MiB), run="after"))
     return s
 
 
@@ -347,15 +344,34 @@ def test_the_sessions_indexes_agree_with_scanning_every_interval(steps):
             ref.runs.clear()
             continue
         run, step, rank, tag, device, entries, peak, clear = move
-        iv = interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank, device=device)
-        iv.run, iv.tag = run, tag
-        assert s.add(iv) is ref.add(iv)
-        assert len(s.intervals) == len(ref.intervals) and all(a is b for a, b in zip(s.intervals, ref.intervals))
+        iv = replace(
+            interval(step, 0, peak, 0, entries=entries, clear=clear, rank=rank, device=device), run=run, tag=tag
+        )
+        assert _same(s.add(iv), ref.add(iv)) and s.current(iv) is s.last
+        assert len(s.intervals) == len(ref.intervals) and all(map(_same, s.intervals, ref.intervals))
         assert [(i.cumulative_trace_entries, i.cumulative_peak_allocated) for i in s.intervals] == ref.cumulative()
         for r in ("", "a"):
             assert s.next_step(r) == ref.next_step(r)
         for probe in s.intervals:
-            assert s.previous(probe) is ref.previous(probe)
+            assert _same(s.previous(probe), ref.previous(probe))
+
+
+def test_a_record_held_stays_as_it_was_when_an_earlier_step_moves_its_cumulative_figures():
+    s = Session()
+    s.add(interval(5, 0, 4 * MiB, 0, entries=10))
+    held = s.last
+    s.add(interval(2, 0, 8 * MiB, 0, entries=5))  # recorded later, listed first: step 5 accumulates over it
+    assert (held.cumulative_peak_allocated, held.cumulative_trace_entries) == (4 * MiB, 10)
+    now = s.current(held)
+    assert now is s.intervals[1] and now is not held and now.origin == held.origin
+    assert (now.cumulative_peak_allocated, now.cumulative_trace_entries) == (8 * MiB, 15)
+    assert s.previous(now) is s.intervals[0]
+
+
+def _same(held, added):
+    """Whether the session's record is of the interval added (it holds it with its cumulative
+    figures: a record of its own, of the same origin)."""
+    return held is added is None or (held is not None and added is not None and held.origin == added.origin)
 
 
 def test_a_never_cleared_history_does_not_run_into_another_run(shell, capsys):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from snapshots import alloc, free, snapshot
 
-from memsnap_magic import session
+from memsnap_magic import session, wait_for_writes
 from memsnap_magic.cli import main
 from memsnap_magic.core import warn
 from memsnap_magic.results import scan
@@ -136,6 +136,7 @@ def test_ctrl_c_during_a_cold_scan_stops_at_once_and_keeps_what_was_read(tmp_pat
 def test_interrupting_memsnap_load_leaves_the_session_as_it_was(shell, tmp_path, monkeypatch):
     _step_files(tmp_path / "run", 3, 50)
     assert shell.run_cell("%%memsnap step=1 device=cpu\nx = 1").success
+    wait_for_writes()  # its file's size, as the load's own wait would bring it in: the session as it was
     before = list(session().intervals)
 
     def interrupted(*args, **kwargs):

@@ -411,10 +411,30 @@ def test_every_interval_fact_has_exactly_one_source():
     from memsnap_magic.files.summary_fields import ENCODED, FIELDS
     from memsnap_magic.results.intervals import CONTENT, FROM_META, RESOLVED, Interval
 
-    set_later = {"path", "file_bytes", "overflowed", "moved", "moved_since", "kept_by"}  # kept_by: holders' rows
+    # where the file is and its size (the reading, or the writer's result the session applies),
+    # whether the ring overflowed (meta and digest), where the start moved (the recorder, before it
+    # joins), the cumulative figures (the session, as it adds one) and which recording it is
+    set_later = {"path", "file_bytes", "overflowed", "moved", "moved_since", "origin"}
     set_later |= {"cumulative_peak_allocated", "cumulative_trace_entries"}
     sources = [set(CONTENT), set(FROM_META), set(RESOLVED) - {"device"}, set_later]
     names = {f.name for f in fields(Interval)}
     assert set(CONTENT) == set(FIELDS) | set(ENCODED)
     assert set().union(*sources) == names
     assert sum(len(s) for s in sources) == len(names)  # no fact comes from two places
+    # kept_by is derived from holders (its rows), not a fact of its own, yet recorded as before
+    assert "kept_by" not in names and isinstance(Interval.kept_by, property)
+    # the session's facts are the cumulative figures (as it adds one) and the write's outcome
+    from pathlib import Path
+
+    from memsnap_magic.results.session import Session
+
+    s, given = Session(), Interval(1, 0, "cpu", None, 0, 5, 0, 3, holders={"rows": [["x", 1, 1]]})
+    s.add(given)
+
+    def changed(a, b):
+        return {f.name for f in fields(Interval) if getattr(a, f.name) != getattr(b, f.name)}
+
+    assert changed(given, s.last) == {"cumulative_peak_allocated", "cumulative_trace_entries"}
+    held = s.last
+    assert changed(held, s.written(held, Path("x.pickle"), 7)) == {"path", "file_bytes"} < set_later
+    assert given.kept_by == [["x", 1, 1]] and given.to_record()["kept_by"] == [["x", 1, 1]]

@@ -85,7 +85,7 @@ def test_the_written_file_is_the_cut_one_and_its_summary_says_the_same(tmp_path)
     snap = load_snapshot(DATA / "cuda_step_raw_stacks.pickle")
     d = digest(copy.deepcopy(snap))  # the summary is made before the cut, as the recorder makes it
     path = tmp_path / "step1" / "x_rank0.pickle"
-    assert write_files(snap, path, d, interval_from_digest(d, path), trim=True) is None
+    assert write_files(snap, path, d, interval_from_digest(d, path), trim=True).message is None
     written = load_snapshot(path)
     assert not any(_is_shell(f) for frames in _stacks(written) for f in frames if frames[-1] is f)
     (from_summary,) = read_run([path])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -190,9 +191,11 @@ def test_empty_session_draws_a_hint():
 
 
 def test_frame_lines_and_reasons():
-    iv = interval(1, 0, 1, 0, device="cuda:0")
-    iv.context = "none"
-    iv.top_blocks = [{"size": 1, "addr": 1, "before": False, "frames": []}]
+    iv = replace(
+        interval(1, 0, 1, 0, device="cuda:0"),
+        context="none",
+        top_blocks=[{"size": 1, "addr": 1, "before": False, "frames": []}],
+    )
     table = blocks_table(iv)
     assert "context=none" in table
     assert frame_lines([{"filename": "<ipython-input-3-abc>", "line": 2, "name": "f"}]) == ["f (cell In[3]:2)"]
@@ -270,23 +273,21 @@ def test_following_the_newest_means_the_step_recorded_last_not_the_highest(sessi
 def test_blocks_are_dated_by_the_steps_recorded_before_not_the_lower_steps():
     from memsnap_magic.results.session import recorded_before
 
-    one, twelve, fifteen, other = (interval(n, 0, MiB, 0) for n in (1, 12, 15, 15))
-    for iv, end in ((one, 100), (fifteen, 200), (twelve, 300), (other, 50)):
-        iv.end_us = end
-    other.rank = 1
+    one, twelve, fifteen, other = (
+        replace(interval(n, 0, MiB, 0), end_us=end) for n, end in ((1, 100), (12, 300), (15, 200), (15, 50))
+    )
+    other = replace(other, rank=1)
     ivs = [one, twelve, fifteen, other]  # step order, as the session keeps them
     assert recorded_before(fifteen, ivs) == [one]  # step 12 ran after 15: it made none of 15's blocks
     assert [iv.step for iv in recorded_before(twelve, ivs)] == [1, 15]  # oldest first: the latest wins
-    twelve.end_us = None  # a file that does not say when: step order
+    ivs[1] = twelve = replace(twelve, end_us=None)  # a file that does not say when: step order
     assert [iv.step for iv in recorded_before(fifteen, ivs)] == [1, 12]
 
 
 def test_the_newest_is_the_interval_recorded_last_among_tags_of_one_step(session):
     d = Dashboard(session)
     for tag in ("b", "a"):
-        iv = interval(7, 0, MiB, 0)
-        iv.tag = tag
-        session.add(iv)
+        session.add(replace(interval(7, 0, MiB, 0), tag=tag))
     assert d.selected() is session.last and d.follow.value
     session.add(interval(8, 0, MiB, 0))
     d.step.value = next(n for n, iv in enumerate(d.shown()) if iv.tag == "a")
@@ -418,9 +419,7 @@ def test_a_byte_count_just_under_a_unit_reads_in_that_unit():
 
 def test_one_step_under_two_tags_is_told_apart(session):
     for tag in ("fwd", "bwd"):
-        iv = interval(4, 0, MiB, 0)
-        iv.tag = tag
-        session.add(iv)
+        session.add(replace(interval(4, 0, MiB, 0), tag=tag))
     from memsnap_magic.views.report import interval_table
 
     rows = interval_table(session.intervals).splitlines()
@@ -431,12 +430,14 @@ def test_one_step_under_two_tags_is_told_apart(session):
 
 
 def test_blocks_of_one_site_reached_through_different_cells_show_only_what_they_share():
-    iv = interval(3, 0, 2 * MiB, 2 * MiB)
     helper = frame("t", "<ipython-input-1-aa>", 4)
-    iv.top_blocks = [
-        {"size": MiB, "addr": 1, "before": True, "frames": [helper, frame("<module>", "<ipython-input-2-bb>", 2)]},
-        {"size": MiB, "addr": 2, "before": True, "frames": [helper, frame("<module>", "<ipython-input-3-cc>", 2)]},
-    ]
+    iv = replace(
+        interval(3, 0, 2 * MiB, 2 * MiB),
+        top_blocks=[
+            {"size": MiB, "addr": 1, "before": True, "frames": [helper, frame("<module>", "<ipython-input-2-bb>", 2)]},
+            {"size": MiB, "addr": 2, "before": True, "frames": [helper, frame("<module>", "<ipython-input-3-cc>", 2)]},
+        ],
+    )
     table = blocks_table(iv)
     assert "2 × 1.0 MiB" in table and "t (cell In[1]:4)" in table and "reached through different calls" in table
     assert "cell In[2]" not in table and "cell In[3]" not in table  # neither caller is named for both
@@ -451,7 +452,7 @@ def test_the_interval_table_lines_up_under_wide_run_names():
     from memsnap_magic.views.report import interval_table
 
     wide, narrow = interval(1, MiB, 2 * MiB, MiB), interval(2, MiB, 3 * MiB, MiB)
-    wide.run, narrow.run = "日本", "abcdefg"
+    wide, narrow = replace(wide, run="日本"), replace(narrow, run="abcdefg")
     shown = [
         "".join("xx" if east_asian_width(c) == "W" else c for c in line)
         for line in interval_table([wide, narrow]).splitlines()
@@ -460,10 +461,11 @@ def test_the_interval_table_lines_up_under_wide_run_names():
 
 
 def _one_step(step, base, values, t0=0):
-    iv = interval(step, base, max(base, *values), values[-1])
-    iv.time_us = np.arange(len(values), dtype=np.int64) * 1000 + t0
-    iv.allocated = np.array(values, dtype=np.int64)
-    return iv
+    return replace(
+        interval(step, base, max(base, *values), values[-1]),
+        time_us=np.arange(len(values), dtype=np.int64) * 1000 + t0,
+        allocated=np.array(values, dtype=np.int64),
+    )
 
 
 @pytest.mark.parametrize(

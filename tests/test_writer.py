@@ -86,6 +86,29 @@ def test_wait_true_writes_within_the_block(tmp_path, slow_writes):
     del x
 
 
+def test_a_background_writes_outcome_is_a_new_record_the_session_takes_when_waited_for(tmp_path, slow_writes):
+    """The writer's thread changes no interval: its result (the file's size) is applied where
+    the writer is waited for, as a new record in the old one's place; one held before stays."""
+    import dataclasses
+
+    import torch
+
+    from memsnap_magic.results.session import Session
+
+    s = Session()
+    with Recorder(step=1, out=tmp_path, device="cpu", session=s) as r:
+        x = torch.ones(1000)
+    held = s.last
+    wait_for_writes()
+    now = s.last
+    assert slow_writes == ["memsnap-writer"] and held.file_bytes is None and held.path == now.path
+    assert now.file_bytes == now.path.stat().st_size and now.origin == held.origin
+    assert s.current(held) is now and s.intervals == [now] and r.intervals == [now]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        now.path = None
+    del x
+
+
 def test_commands_wait_for_pending_writes(shell, slow_writes, capsys):
     shell.run_cell("import torch\nfrom memsnap_magic import Recorder")
     # a Recorder block and a %memsnap command in one cell: no cell boundary waits in between

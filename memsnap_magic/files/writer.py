@@ -9,8 +9,11 @@ on it.
 a ``%%memsnap`` cell, ``%memsnap`` commands, the loaders and exit call it, so nothing is lost on a
 normal exit and nothing of ours reads a file half there. A plain cell does not wait: the writer
 pauses while it runs (``hold``: jobs stop at their next ``checkpoint``, a pickle frame or a chunk
-freed), so the cell has the interpreter to itself and the write goes on once it is done. A write
-that fails leaves its interval with ``path=None`` and becomes one warning at the next cell. A hard kill can lose
+freed), so the cell has the interpreter to itself and the write goes on once it is done. The
+thread only writes: what a write changes elsewhere (the session's record of its interval: the
+file's size, or ``path=None`` where it failed) comes back as a ``Done`` that ``wait()`` and
+``report()`` apply on the thread that calls them (the next cell does), and a failure becomes one
+warning there. A hard kill can lose
 what is still pending: the newest file or two. A multiprocessing worker waits as it ends (its
 ``os._exit`` runs no ``atexit`` handler, so multiprocessing's own exit finalizers do it).
 """
@@ -23,13 +26,24 @@ import queue
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 from ..core.warn import blamed, warn
 
 PENDING = 1  # snapshots waiting while one is written: what a steps= loop may hold in memory
 HOLD_S = 1.0  # the longest a hold pauses the jobs (a long cell, or one whose end no event tells)
-Job = Callable[[], Optional[str]]  # writes something; returns what went wrong, in one line, or None
+
+
+class Done(NamedTuple):
+    """What a job did: what went wrong (one line) or None, and ``then``: what its outcome
+    changes elsewhere, run by whoever waits or reports, never on the writer's thread."""
+
+    message: str | None
+    then: Callable[[], None]
+
+
+# writes something; returns what went wrong, in one line, or None, or a Done
+Job = Callable[[], Union[str, Done, None]]
 Where = Optional[tuple[str, int]]  # the line a failure is said at: the block's that recorded it
 
 
@@ -42,6 +56,7 @@ class Writer:
         self._pid = 0
         self._lock = threading.Lock()
         self._failures: list[tuple[str, Where]] = []
+        self._done: list[Callable[[], None]] = []  # the ``then`` of each job done, to apply in order
         self._go = threading.Event()  # cleared by hold(): jobs pause while a cell runs
         self._go.set()
         self._until = 0.0  # when the current hold lapses (time.monotonic())
@@ -89,10 +104,17 @@ class Writer:
         self._say(ours_first)
 
     def _say(self, ours_first: bool) -> None:
-        """One warning per failed job, at the line of the block that recorded it, unless the
-        caller blames another place (a notebook's next cell says it from the background)."""
+        """Apply what the jobs done so far changed; then one warning per failed job, at the line
+        of the block that recorded it, unless the caller blames another place (a notebook's next
+        cell says it from the background)."""
         with self._lock:
             failures, self._failures = self._failures, []
+            done, self._done = self._done, []
+        for then in done:
+            try:
+                then()
+            except Exception as e:  # one result that cannot be applied must not lose the others
+                warn(f"memsnap: applying a background write failed: {type(e).__name__}: {e}", stacklevel=4)
         for message, where in failures:
             warn(message, stacklevel=4, where=where if ours_first or blamed() is None else None)
 
@@ -100,15 +122,18 @@ class Writer:
         while True:
             job, what, where = self._queue.get()
             self.checkpoint()
-            message = None
+            message, then = None, None
             try:
-                message = job()
+                out = job()
+                message, then = out if isinstance(out, Done) else (out, None)
             except BaseException as e:  # the thread outlives anything, or wait() would block forever
                 message = f"memsnap: could not write {what}: {type(e).__name__}: {e}"
             finally:
                 del job  # what it holds (a snapshot) is freed once written, not when the next comes
-                if message is not None:  # before the job counts as done: a wait() then sees it
-                    with self._lock:
+                with self._lock:  # before the job counts as done: a wait() then sees it
+                    if then is not None:
+                        self._done.append(then)
+                    if message is not None:
                         self._failures.append((message, where))
                 self._queue.task_done()
 

@@ -11,7 +11,7 @@ import glob
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -210,12 +210,13 @@ class MemsnapMagics(Magics):
             raise UsageError(f"%memsnap load: {one_line(str(e))}") from None
         except OSError as e:  # a folder on the way that cannot be entered, a name too long
             raise UsageError(f"%memsnap load: {one_line(f'{e.filename or rest}: {e.strerror or e}')}") from None
-        for iv in loaded:  # still the same files after a %cd
-            if iv.path is not None and not iv.path.is_absolute():
-                iv.path = Path.cwd() / iv.path
-        there = set(map(id, STATE.session.intervals))
+        # still the same files after a %cd
+        loaded = [
+            replace(iv, path=Path.cwd() / iv.path) if iv.path and not iv.path.is_absolute() else iv for iv in loaded
+        ]
+        these = {iv.origin for iv in loaded}
         olds = [old for old in STATE.session.add_all(loaded) if old is not None]
-        skipped = [old for old in olds if id(old) not in there]  # a step written twice in the files
+        skipped = [old for old in olds if old.origin in these]  # a step written twice in the files
         print(loaded_line(loaded, len(olds) - len(skipped), skipped))
 
     def _predict(self, rest: str) -> None:

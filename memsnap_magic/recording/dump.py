@@ -10,7 +10,7 @@ import functools
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from ..core.devices import trace_index
 from ..core.names import shown_path
@@ -18,8 +18,8 @@ from ..core.warn import warn
 from ..files import layout, snapshot
 from ..files.layout import snapshot_path, step_mark
 from ..files.meta import META_KEY, Meta, exception_name
-from ..files.writer import WRITER
-from ..results import intervals, labels, stacks
+from ..files.writer import WRITER, Done
+from ..results import digests, intervals, labels, stacks
 from .process_state import STATE, ChainSteps, Device
 from .retention import walk_after
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ..results.intervals import Interval
     from ..results.labels import Roles
+    from ..results.session import Session
     from .backends import Backend
     from .recorder import Recorder
 
@@ -77,28 +78,30 @@ def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, ke
     snap[META_KEY] = meta.to_dict()
     path: Path = snapshot_path(rec._out or o.out, step, o.tag, rec._rank, o.run)
     try:
-        d = rec._quietly(intervals.digest, snap, kept_blocks=True)
+        d = rec._quietly(digests.digest, snap, kept_blocks=True)
     finally:
         rec._quietly(backend.end, keep=keep)
     made = d.pop("kept_blocks", None) if d is not None else None  # for the walk, never in a summary
     if d is not None:  # what the summary shows names its cells as this kernel does, read anywhere
         rec._quietly(_name_cells, snap, d)
-    iv = rec._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
     # who keeps what the step kept, where that passed the leak floor; never walked into the
     # CPU route's recording (a clear=false chain's, still on), whose tracer would record the walk
-    if iv is not None and made and not (backend.host and backend.recording):
-        rec._quietly(walk_after, snap, d, iv, made, rec.reach.tensors(), backend.device)
+    if d is not None and made and not (backend.host and backend.recording):
+        rec._quietly(walk_after, snap, d, made, rec.reach.tensors(), backend.device)
+    iv = rec._quietly(intervals.interval_from_digest, d, path, run=o.run or "") if d is not None else None
     write = functools.partial(write_files, snap, path, d, iv, trim=not backend.users_frames_only)
     now = o.wait or iv is None or not _folder_made(path)  # a folder that cannot be made: said in this cell
-    if now:
-        _write_now(write)
+    if now:  # written before it joins the session: its record says how that went
+        written = _write_now(write)
+        if iv is not None:
+            iv = replace(iv, path=path if written.file_bytes is not None else None, file_bytes=written.file_bytes)
     if iv is not None:
-        _join_session(rec, iv, record, cleared)
-    if not now:  # after what the user waits for: the figures, the report
+        iv = _join_session(rec, iv, record, cleared)
+    if not now and iv is not None:  # after what the user waits for: the figures, the report
         try:  # blocks while the write before waits: a Ctrl-C there means no file
-            WRITER.submit(write, str(path), rec.where)
+            WRITER.submit(functools.partial(_write_in_background, write, rec, iv), str(path), rec.where)
         except BaseException:
-            iv.path = None
+            _apply_written(rec.session, rec._joined, iv, Written(None, None))
             raise
 
 
@@ -163,24 +166,27 @@ def _meta(
     )
 
 
-def _join_session(rec: Recorder, iv: Interval, record: Device, cleared: bool) -> None:
+def _join_session(rec: Recorder, iv: Interval, record: Device, cleared: bool) -> Interval:
     """Add the interval to the session (and the block's list), with where its start moved since
-    the device's last cleared interval ended, and report it."""
+    the device's last cleared interval ended, and report it; returns the record the session
+    holds (with its cumulative figures)."""
     last, record.last_end = record.last_end, None  # what the last cleared interval here ended with
     # a full ring dropped the oldest entries: its baseline is the window's start, not the
     # interval's; the steps between two listed ones of a steps= loop were followed, not unseen
-    followed = rec.steps is not None and bool(rec.intervals)
+    followed = rec.steps is not None and bool(rec._joined)
     if last is not None and not iv.overflowed and not followed:
-        iv.moved_since, iv.moved = last[0], iv.baseline_allocated - last[1]
+        iv = replace(iv, moved_since=last[0], moved=iv.baseline_allocated - last[1])
     if cleared:
         record.last_end = (iv.step, iv.end_allocated)
     previous = rec.session.previous(iv)
     rec.session.add(iv)
-    rec.intervals.append(iv)
+    iv = rec.session.current(iv)  # with its cumulative figures
+    rec._joined[iv.origin] = iv
     if rec.report is not None:
         rec._quietly(rec.report, iv, previous)
     elif iv.incomplete:  # a block's figures, with no line printed to say it
         warn(f"memsnap: step {iv.step} on {record.backend.device} is incomplete: {iv.incomplete}", stacklevel=5)
+    return iv
 
 
 def _folder_made(path: Path) -> bool:
@@ -193,10 +199,25 @@ def _folder_made(path: Path) -> bool:
     return True
 
 
-def _write_now(write: Callable[[], str | None]) -> None:
-    message = write()
-    if message is not None:
-        warn(message, stacklevel=5)
+def _write_now(write: Callable[[], Written]) -> Written:
+    written = write()
+    if written.message is not None:
+        warn(written.message, stacklevel=5)
+    return written
+
+
+def _write_in_background(write: Callable[[], Written], rec: Recorder, iv: Interval) -> Done:
+    """The writer's job: write, and hand back what the session is to apply (``_apply_written``,
+    run where the writer is waited for; it holds the block's list, not the recorder)."""
+    written = write()
+    return Done(written.message, functools.partial(_apply_written, rec.session, rec._joined, iv, written))
+
+
+def _apply_written(session: Session, joined: dict[int, Interval], iv: Interval, written: Written) -> None:
+    """The outcome of ``iv``'s write, into the session's record of it and the block's (``joined``)."""
+    path = iv.path if written.file_bytes is not None else None
+    record = session.written(iv, path, written.file_bytes)
+    joined[record.origin] = record
 
 
 def _name_cells(snap: dict[str, Any], d: dict[str, Any]) -> None:
@@ -219,13 +240,21 @@ def _all_cells(snap: dict[str, Any]) -> None:
         meta["cells"] = {**(meta.get("cells") or {}), **found}
 
 
+class Written(NamedTuple):
+    """How writing a step's files went: the snapshot file's size (None: not written) and what
+    went wrong, in one line (None: nothing)."""
+
+    file_bytes: int | None
+    message: str | None
+
+
 def write_files(
     snap: dict[str, Any], path: Path, d: dict[str, Any] | None, interval: Interval | None, trim: bool = False
-) -> str | None:
-    """Write the snapshot, then its summary (``d``, where there is one); what went wrong, in
-    one line, or None. ``interval`` gets the file's size, or ``path=None`` if it was not written.
-    ``trim``: cut its stacks at the user's outermost frame first (PyTorch's run down through the
-    shell and kernel: ~20 frames of IPython, ipykernel and asyncio under every cell)."""
+) -> Written:
+    """Write the snapshot, then its summary (``d``, where there is one); ``interval`` names the
+    step in what is said. ``trim``: cut its stacks at the user's outermost frame first
+    (PyTorch's run down through the shell and kernel: ~20 frames of IPython, ipykernel and
+    asyncio under every cell)."""
     from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
 
     try:
@@ -235,19 +264,17 @@ def write_files(
         snapshot.dump_snapshot(snap, path)
         size = path.stat().st_size
     except Exception as e:
-        if interval is not None:
-            interval.path = None
         step = f"step {interval.step}" if interval is not None else "the interval"
-        return f"memsnap: could not write {shown_path(path)}: {_reason(e)}; {step} is kept in memory only"
-    if interval is not None:
-        interval.file_bytes = size
+        return Written(
+            None, f"memsnap: could not write {shown_path(path)}: {_reason(e)}; {step} is kept in memory only"
+        )
     if d is None:
-        return None
+        return Written(size, None)
     try:
         summaries.write_beside(path, d)
     except Exception as e:  # readers recompute what a summary would have said
-        return f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}"
-    return None
+        return Written(size, f"memsnap: could not write the summary beside {shown_path(path)}: {_reason(e)}")
+    return Written(size, None)
 
 
 def _reason(e: BaseException) -> str:

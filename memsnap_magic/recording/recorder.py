@@ -16,18 +16,16 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from ..core.names import brief_numbers, run_label
+from ..core.names import run_label
 from ..core.nogc import no_gc
 from ..core.warn import blamed_on, caller_outside, warn
-from ..files.layout import MAX_STEP
 from ..files.writer import WRITER
-from . import backends, dump
+from . import backends, dump, owners, steps
 from . import options as opts
 from .context import current_task, describe_recorder, resolve_rank
 from .process_state import STATE
 from .reach import Reach
 from .roles import Watch, weakly
-from .steps import MARKED
 
 if TYPE_CHECKING:
     from ..results.intervals import Interval
@@ -100,7 +98,7 @@ class Recorder:
         self.namespace = namespace if namespace is not None else caller.f_globals
         self.reach = Reach(self.namespace, caller.f_code if function else None, given, options)
         self.report = report
-        self.intervals: list[Interval] = []
+        self._joined: dict[int, Interval] = {}  # what each block recorded, by origin: the newest record known
         self._backend: Backend | None = None
         self._out = ""  # options.out made absolute when recording starts: where the files go
         self._current: int | None = None
@@ -114,11 +112,14 @@ class Recorder:
         self._where_ours = False  # where was found by start() (the magic pins its own)
         self._thread: threading.Thread | None = None  # the thread that started it
         self._task: Any = None  # and the asyncio task, if one did
-        # `with` blocks of this recorder entered while it records (its own nested, another thread's or
-        # task's, a generator's): each runs unrecorded, and its exit must not end the recording. By
-        # the frame running the `with`, where its exit runs too, whatever thread or task that is then
-        self._unrecorded: dict[int, int] = {}
+        self._unrecorded = owners.Unrecorded()  # its `with` blocks entered while it records
         self._told_thread = False  # mark() from another thread was refused once, with a warning
+
+    @property
+    def intervals(self) -> list[Interval]:
+        """What its blocks recorded, in order: each as the session holds it now (with what became
+        known since: its cumulative figures, its file's size), else as last known."""
+        return [self.session.current(iv) for iv in self._joined.values()]
 
     def start(self) -> Recorder:
         """Resolve the device and start recording; ``BackendError`` when it cannot record here.
@@ -142,25 +143,10 @@ class Recorder:
             self._out = o.out
         backend = backends.get_backend(backends.resolve_device(o.device))
         STATE.give_up_orphaned()  # a thread that ended while recording: nothing else can stop its session
-        outer = next(
-            (
-                r
-                for r in STATE.active
-                if r._backend is not None and r._backend.family == backend.family and r._backend.recording
-            ),
-            None,
-        )
+        outer = owners.owner_of_family(backend)
         if outer is not None:  # PyTorch keeps one history per device family: the outer block owns it
-            task = current_task()
-            where = (
-                "a block in another thread"
-                if outer._thread is not threading.current_thread()
-                else "a block in another asyncio task"
-                if outer._task is not None and not outer._task.done() and task is not None and outer._task is not task
-                else "an enclosing block"
-            )
             warn(
-                f"memsnap: {backend.device} is already recorded by {where} "
+                f"memsnap: {backend.device} is already recorded by {owners.where_it_runs(outer)} "
                 f"({describe_recorder(outer)}); this one runs unrecorded",
                 stacklevel=2,
             )
@@ -169,7 +155,7 @@ class Recorder:
         self.where, self._where_ours = here, ours
         # every check before anything changes: a refused block leaves a clear=false history running
         self._rank = resolve_rank(o.rank)
-        step = o.step if o.step is not None or self.steps is not None else self._next_step()
+        step = o.step if o.step is not None or self.steps is not None else steps.next_step(self.session, o.run)
         training = self.reach.training_objects(self._quietly)  # a bad model=/optimizer= name stops the cell here
         backend.configure(o)  # refuses what the device cannot record before it applies anything
         record = dump.device_record(backend)
@@ -213,7 +199,7 @@ class Recorder:
         self._backend = backend
         self._thread, self._task = threading.current_thread(), current_task()
         STATE.active.append(self)
-        MARKED.set(self)
+        steps.MARKED.set(self)
         return self
 
     def stop(self, error: BaseException | None = None) -> None:
@@ -240,10 +226,10 @@ class Recorder:
             return
         if started:
             self._task = None
-        if MARKED.get() is self:
-            MARKED.set(None)
+        if steps.MARKED.get() is self:
+            steps.MARKED.set(None)
         if started and self.steps is not None and not set(self.steps) <= self._begun:
-            self._say_unmarked()
+            steps.say_unmarked(self)
         keep, step = not self.options.clear, self._current
         try:
             if step is not None:
@@ -278,31 +264,6 @@ class Recorder:
                 else:
                     record.end_chain()
 
-    def _next_step(self) -> int:
-        """The step after the run's highest, which a file loaded into it may have set."""
-        run = self.options.run
-        step = self.session.next_step(run or "")
-        if step >= MAX_STEP:
-            where = f"run {run!r}" if run else "this session"
-            raise opts.OptionError(
-                f"{where} already holds step {step - 1:,}, the highest a file can hold; "
-                f"give step= (0 to {MAX_STEP - 1:,}) or another run="
-            )
-        return step
-
-    def _say_unmarked(self) -> None:
-        """A steps= loop that never reached some listed steps, or never called ``mark``."""
-        missing = [s for s in self.steps or () if s not in self._begun]
-        if not self._begun:
-            first = missing[0]
-            what = f"no listed step began: call mark(step) at the start of each step of the loop (mark({first}) …)"
-        else:
-            what = (
-                f"step{'s' * (len(missing) > 1)} {brief_numbers(missing)} never began "
-                f"(no mark() for {'them' if len(missing) > 1 else 'it'})"
-            )
-        warn(f"memsnap: {describe_recorder(self)}: {what}; nothing was recorded for them", stacklevel=3)
-
     def __enter__(self) -> Recorder:
         return self._enter()
 
@@ -324,29 +285,18 @@ class Recorder:
         """``start()`` for a block. One entered while this recorder records (start() then warns
         it runs unrecorded) is counted, so that its exit leaves the recording to the block that
         owns it."""
-        counted = self in STATE.active
-        if counted:
-            key = id(sys._getframe(2))  # the frame running the `with` (past __enter__ or __aenter__)
-            self._unrecorded[key] = self._unrecorded.get(key, 0) + 1
+        # the frame running the `with`: past __enter__ or __aenter__
+        key = self._unrecorded.enter(depth=2) if self in STATE.active else None
         try:
             return self.start()
         except BaseException:  # no block, no exit to count
-            if counted:
-                self._exit_unrecorded(key)
+            if key is not None:
+                self._unrecorded.leave(key)
             raise
 
-    def _exit_unrecorded(self, key: int | None = None) -> bool:
+    def _exit_unrecorded(self) -> bool:
         """Whether the block ending now (called from __exit__ or __aexit__) ran unrecorded."""
-        if key is None:
-            key = id(sys._getframe(2))
-        count = self._unrecorded.get(key, 0)
-        if not count:
-            return False
-        if count == 1:
-            del self._unrecorded[key]
-        else:
-            self._unrecorded[key] = count - 1
-        return True
+        return self._unrecorded.leave(depth=2)
 
     def reach_also(self, value: Any) -> None:
         """The body's result (a cell's ``Out``): live at the end, where no name holds it yet."""
@@ -355,34 +305,7 @@ class Recorder:
 
     def mark_step(self, step: int) -> None:
         """``mark(step)`` for this recorder: finish the step being recorded, start ``step`` if listed."""
-        if self.steps is None or self._backend is None:
-            return
-        if self.elsewhere():
-            if not self._told_thread:
-                self._told_thread = True
-                warn(
-                    f"memsnap: mark({step}) ran in another thread than the one recording, and "
-                    f"{self._backend.label} changes steps only there: this mark and any others from that "
-                    "thread are ignored",
-                    stacklevel=3,
-                )
-            return
-        listed = step in self.steps
-        if self._current is not None:  # on for a listed step whose begin(fresh=True) clears in place
-            self._finish(self._current, None, keep=listed and self._backend.clears_in_place, cleared=True)
-            self._current = None
-            if not listed:  # an unrecorded step: what it allocates and frees still counts for the next start
-                self._quietly(self._backend.follow, namespace=self.reach.tensors())
-        if listed:  # mark() runs inside the user's loop: our failure must not stop it
-            self._begun.add(step)
-            self._watch = self._quietly(self.reach.new_watch, self._backend, self._quietly)
-            self._usage = self._quietly(self._backend.usage)
-            self._began_us = time.time_ns() // 1000
-            self._quietly(self._backend.begin, fresh=True, namespace=self.reach.tensors())
-            self._current = step if self._backend.recording else None
-            if self._current is None and self._watch is not None:
-                self._quietly(self._watch.detach)
-                self._watch = None
+        steps.advance(self, step)
 
     def task(self) -> Any:
         """The asyncio task that started this recording, or None (a thread's, or none yet)."""
@@ -403,25 +326,7 @@ class Recorder:
 
     def abandon(self) -> None:
         """Give up a recording whose thread has ended, with one warning: nothing is dumped."""
-        backend = self._backend
-        running = self in STATE.active  # else a clear=false history its block left on
-        if running:
-            STATE.active.remove(self)
-        if backend is not None and backend.owner is self and backend.recording:
-            warn(
-                f"memsnap: the thread that started {describe_recorder(self)} on {backend.device} has ended, "
-                f"and {backend.label}'s session with it: nothing was written"
-                if running
-                else f"memsnap: the clear=false history on {backend.device} was recorded by a thread that has "
-                "ended, and its session went with it: it is given up, and what records next starts a fresh one",
-                where=self.where,
-            )
-            self._quietly(backend.abandon)
-            dump.device_record(backend).end_chain()
-        self._current = None
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            self._quietly(watch.detach)
+        owners.give_up(self)
 
     def _quietly(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:

@@ -24,10 +24,25 @@ from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..core.categories import OPTIMIZER_STATE
-from ..core.clean import clean
 from ..files.meta import META_KEY
 from ..results.findings import floor
 from .backends.cpu import objects as ob
+from .hops import (
+    ATTR,
+    CLASS_ATTR,
+    CONTAINER_HOPS,
+    GRAD,
+    GRAPH,
+    ITEM,
+    KEY,
+    NAME,
+    STATE,
+    function_children,
+    module_children,
+    printable,
+    route,
+    slot_items,
+)
 
 if TYPE_CHECKING:
     from .backends.base import Names
@@ -37,41 +52,22 @@ SECONDS = 0.1  # and no longer than this (checked every 256 objects)
 DEPTH = 6  # hops through containers and plain objects from a name (modules, tensors, optimizers: any)
 ROWS = 16  # holders kept per step
 BLOCKS = 32  # blocks kept with the row holding them (the step's table names them)
-HOPS = 48  # hops of a path kept (a model nested a thousand deep is walked whole, named briefly)
-ELIDED = "elided"  # the hop standing for those left out
 _TYPE_NAME = type.__dict__["__name__"].__get__
 _SKIP = (ModuleType, *ob.SCALARS)
-_KEYS = (str, int, float, bool, type(None))  # dict keys named by their repr (no code of the user's runs)
-
-# how a hop was taken: what the rules of ``results.holders`` read
-NAME, ITEM, KEY, ATTR, MODULE_ATTR, HOOK, CLOSURE, CLASS_ATTR, GRAD, GRAPH, STATE, MEMBER = (
-    "name",
-    "item",
-    "key",
-    "attr",
-    "module_attr",
-    "hook",
-    "closure",
-    "class_attr",
-    "grad",
-    "graph",
-    "state",
-    "member",
-)
 
 
 def walk_after(
-    snap: dict[str, Any], d: dict[str, Any], iv: Any, made: list[tuple[int, int, str | None]], names: Names, device: str
+    snap: dict[str, Any], d: dict[str, Any], made: list[tuple[int, int, str | None]], names: Names, device: str
 ) -> None:
     """After a step's snapshot (the recording done): where it kept more than the leak floor, find
     what holds the blocks it made and kept (``made``: address, size, model-state category or
-    None), and write that into the file's ``memsnap`` block, the digest (its summary) and the
-    interval, so a file read later still says who held them. Model state is left out unless it
+    None), and write that into the file's ``memsnap`` block and the digest (its summary, and the
+    interval made of it), so a file read later still says who held them. Model state is left out unless it
     is all the step kept; then its optimizer state is asked about (an optimizer made anew each
     step), never its gradients (made anew after ``zero_grad()``, or grown in place).
     Ordinary steps pay nothing: under the floor, no walk."""
-    start = iv.baseline_allocated
-    if not made or iv.kept <= floor(start):
+    start = d["baseline_allocated"]
+    if not made or d["end_allocated"] - start <= floor(start):
         return
     leakable = {addr: size for addr, size, role in made if role is None}
     if sum(leakable.values()) <= floor(start):
@@ -81,7 +77,6 @@ def walk_after(
     found = find_holders(names() if callable(names) else names, leakable, device)
     snap[META_KEY]["holders"] = found
     d["meta"] = dataclasses.replace(d["meta"], holders=found)
-    iv.kept_by, iv.holders = [list(row) for row in found["rows"]], found
 
 
 def find_holders(
@@ -164,8 +159,8 @@ class _Walk:
 
     def _contained(self, parent: int, how: str) -> bool:
         if parent < 0:
-            return how in _CONTAINER_HOPS
-        return self.contained[parent] or (how in _CONTAINER_HOPS and not self.in_state[parent])
+            return how in CONTAINER_HOPS
+        return self.contained[parent] or (how in CONTAINER_HOPS and not self.in_state[parent])
 
     def _visit(self, obj: Any, contained: bool) -> bool:
         """Whether to look at ``obj`` now: the first time, and once more where it is reached
@@ -227,7 +222,7 @@ class _Walk:
             elif issubclass(kind, torch.nn.Module):
                 attrs = ob.instance_dict(obj)
                 if attrs is not None:  # a model nested deep is read whole, as the trunk of the namespace
-                    self._later(_module_children(attrs), DEPTH - 1, node)
+                    self._later(module_children(attrs), DEPTH - 1, node)
             elif issubclass(kind, torch.optim.Optimizer):
                 state = ob.optimizer_state(obj, torch.optim.Optimizer)  # its own, or a wrapper's optimizer's
                 if issubclass(type(state), dict):
@@ -238,7 +233,7 @@ class _Walk:
                 return
             elif kind is FunctionType:
                 if ob.same_module(obj.__module__, self.home) or level == DEPTH:
-                    self._later(_function_children(obj), level - 1, node)
+                    self._later(function_children(obj), level - 1, node)
             elif issubclass(kind, type):
                 if ob.same_module(ob.TYPE_MODULE(obj), self.home):
                     attrs = ob.CLASS_DICT(obj).items()  # a mappingproxy's own: a metaclass's code is not run
@@ -264,7 +259,7 @@ class _Walk:
                     self._later(((ATTR, k, v) for k, v in dict.items(attrs) if type(k) is str), level - 1, node)
                 slots = ob.slots_of(kind)
                 if slots:
-                    self._later(((ATTR, d.__name__, v) for d, v in _slot_items(obj, slots)), level - 1, node)
+                    self._later(((ATTR, d.__name__, v) for d, v in slot_items(obj, slots)), level - 1, node)
         except Exception:  # a lazy module not yet built, a __getattr__ that raises: nothing we can read
             return
 
@@ -292,13 +287,13 @@ class _Walk:
         for addr, node in self.found.items():
             row = paths.get(node)
             if row is None:
-                route = self._route(node)
-                text = _printable("".join(hop[0] for hop in route))
+                hops = route(self.nodes, node)
+                text = printable("".join(hop[0] for hop in hops))
                 row = next((n for n, r in enumerate(rows) if r[0] == text), None)
                 if row is None:
                     row = len(rows)
                     rows.append([text, 0, 0])
-                    routes.append(route)
+                    routes.append(hops)
                     by_row.append([])
                 paths[node] = row
             rows[row][1] += self.wanted[addr]
@@ -333,91 +328,4 @@ class _Walk:
         for node, ident, params in self.optimizers:
             if params and all(ident != i for i, _ in mine) and any(not params.isdisjoint(p) for _, p in mine):
                 others.setdefault(ident, node)
-        return [_printable("".join(hop[0] for hop in self._route(n))) for n in list(others.values())[:ROWS]]
-
-    def _route(self, node: int) -> list[list[str]]:
-        """A node's path from its name, hop by hop: ``[text, type name, how]``; a path through a
-        model nested deeper than ``HOPS`` keeps its first and last hops, ``…`` between."""
-        hops = []
-        while node >= 0:
-            parent, how, label, kind = self.nodes[node]
-            hops.append([_printable(_spelled(how, label)), _printable(kind), how])
-            node = parent
-        hops.reverse()
-        if len(hops) > HOPS:
-            hops[HOPS // 2 : len(hops) - HOPS // 2 + 1] = [[".…", "", ELIDED]]
-        return hops
-
-
-_CONTAINER_HOPS = frozenset((ITEM, KEY))  # a container of the user's: what keeps one item per step
-
-
-def _printable(text: str, limit: int = 1024) -> str:
-    """Text a file may hold and a terminal print: what is not printable becomes ``?``."""
-    text = clean(text, limit)
-    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
-
-
-def _spelled(how: str, label: Any) -> str:
-    """A hop as Python spells it: ``history``, ``[5]``, ``['step5']``, ``.decoder``, ``[…]``."""
-    if how == ITEM:
-        return f"[{label}]" if type(label) is int else "{…}"
-    if how == KEY:
-        return f"[{_key(label)}]"
-    if how in (ATTR, MODULE_ATTR, CLASS_ATTR, MEMBER):
-        text = str(label)
-        if text.startswith((".", "[")):  # spelled already (a default, a closure cell)
-            return text
-        if text.isdigit():  # a ModuleList's or Sequential's child: model.layers[0]
-            return f"[{text}]"
-        return f".{text}" if text.isidentifier() else f"[{_key(text)}]"
-    return str(label)
-
-
-def _key(key: Any) -> str:
-    """A dict key's repr where that runs no code of the user's (built-in scalars), else ``…``."""
-    if type(key) in _KEYS:
-        text = repr(key)
-        return text if len(text) <= 60 else text[:58] + "…" + text[0]
-    return "…"
-
-
-def _module_children(attrs: dict[str, Any]) -> Iterable[tuple[str, Any, Any]]:
-    """A module's parameters, buffers and submodules (``.name``), its hooks' functions, and what
-    else it keeps as attributes (a tensor or list stored by a hook: ``module_attr``)."""
-    for name, value in islice(dict.items(attrs), 4096):
-        if type(name) is not str:
-            continue
-        role = ob.HELD_IN.get(name)
-        if role is not None:
-            if issubclass(type(value), dict):
-                for key, member in dict.items(value):
-                    if role:  # a hook dict: keyed by the handle's id
-                        yield HOOK, f".{name}[{_key(key)}]", member
-                    else:
-                        yield MEMBER, key, member
-        elif name not in ob.TORCH_MODULE_ATTRS:
-            yield MODULE_ATTR, name, value
-
-
-def _function_children(fn: FunctionType) -> Iterable[tuple[str, Any, Any]]:
-    """A function's closure cells and defaults, as Python spells them (C-level reads)."""
-    for n, cell in enumerate(fn.__closure__ or ()):
-        try:
-            yield CLOSURE, f".__closure__[{n}].cell_contents", cell.cell_contents
-        except ValueError:  # a cell not yet filled
-            continue
-    for n, value in enumerate(fn.__defaults__ or ()):
-        yield ATTR, f".__defaults__[{n}]", value
-    kwdefaults = fn.__kwdefaults__
-    if type(kwdefaults) is dict:
-        for key, value in dict.items(kwdefaults):
-            yield ATTR, f".__kwdefaults__[{_key(key)}]", value
-
-
-def _slot_items(obj: Any, slots: tuple[Any, ...]) -> Iterable[tuple[Any, Any]]:
-    for d in slots:
-        try:
-            yield d, d.__get__(obj, type(obj))
-        except AttributeError:  # a slot never set
-            continue
+        return [printable("".join(hop[0] for hop in route(self.nodes, n))) for n in list(others.values())[:ROWS]]

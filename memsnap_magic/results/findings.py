@@ -33,7 +33,8 @@ from statistics import median
 from typing import Any
 
 from ..core.categories import GRADIENT, MODEL_STATE, OPTIMIZER_STATE, OTHER, PARAMETER
-from .intervals import HELD_SITES, Interval, holds
+from .digests import HELD_SITES
+from .intervals import Interval, holds
 from .measures import Figures
 
 MiB = 1 << 20

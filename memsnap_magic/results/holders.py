@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-# how a hop was taken (``recording.retention`` writes them; strings, so files carry them)
+# how a hop was taken (``recording.hops`` names them, ``recording.retention`` writes them; strings, so files carry them)
 ITEM, KEY, STATE, GRAPH, HOOK, MODULE_ATTR = "item", "key", "state", "graph", "hook", "module_attr"
 _CONTAINER = (ITEM, KEY)
 

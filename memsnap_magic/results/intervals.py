@@ -1,7 +1,7 @@
 """Intervals: what the session keeps of a snapshot, made the same way from any snapshot.
 
-``digest`` serves the recorder (a snapshot it just took) and ``scan`` (files on disk, or their
-summaries) alike; ``interval_from_digest`` names the result: the file's own ``memsnap`` block,
+``digest`` (``digests``) serves the recorder (a snapshot it just took) and ``scan`` (files on
+disk, or their summaries) alike; ``interval_from_digest`` names the result: the file's own ``memsnap`` block,
 else its path in verl's layout, says which step, rank and device it holds. An interval keeps
 figures, a decimated timeline and the blocks alive at the peak, never the snapshot, so a long
 notebook does not hold hundreds of MB.
@@ -9,30 +9,29 @@ notebook does not hold hundreds of MB.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+import itertools
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..core import defaults
-from ..core.categories import MODEL_STATE, category_name
-from ..core.devices import trace_index
 from ..core.errors import SnapshotError, excerpt
 from ..files.layout import PathInfo, folder_run, parse_path
 from ..files.meta import Meta
 from ..files.snapshot import load_snapshot
 from ..files.summary_fields import ENCODED, FIELDS
-from .labels import totals
+from .digests import digest
 from .measures import Figures
-from .stacks import Kinds, learn_cells, plain_frames, site
-
-TOP_BLOCKS = 32  # blocks kept per interval: alive at the peak, and made here and alive at the end
+from .stacks import learn_cells
 
 
-@dataclass
+@dataclass(frozen=True)
 class Interval(Figures):
-    """One recorded interval (a cell, or one step of a loop). Bytes are ints."""
+    """One recorded interval (a cell, or one step of a loop). Bytes are ints.
+
+    Frozen: complete when it joins a session. What becomes known later (its cumulative figures
+    as steps are added, the file's size once written) the session puts in a new record that
+    takes its place (``dataclasses.replace``; ``Session.current`` finds it from the old one)."""
 
     step: int
     rank: int
@@ -73,9 +72,8 @@ class Interval(Figures):
     # spike is judged by; None where unknown (a step built by hand)
     transient: int | None = None
     # who keeps what it made and kept (``recording.retention``, walked when it kept more than the
-    # leak floor): [path, bytes, blocks] from a name of the namespace, largest first; ``holders``
-    # also has each path's route, the bytes no path reached and whether the walk was cut
-    kept_by: list[list[Any]] = field(default_factory=list)
+    # leak floor): its ``rows`` (``kept_by``), each path's route, the bytes no path reached and
+    # whether the walk was cut
     holders: dict[str, Any] | None = None
     # what the device (free, total, reserved) or process (rss) held at the start and end, beyond
     # the trace: the gap between PyTorch's allocations and the device's use (see Backend.usage)
@@ -91,93 +89,34 @@ class Interval(Figures):
     # decimated allocated-bytes timeline (numpy arrays), for plots; None when not summarised
     time_us: Any = field(default=None, repr=False)
     allocated: Any = field(default=None, repr=False)
+    # which recording this record is: the records the session makes of it (``replace``) share it
+    origin: int = field(default_factory=itertools.count(1).__next__, repr=False, compare=False)
+
+    @property
+    def kept_by(self) -> list[list[Any]]:
+        """Who keeps what it made and kept: [path, bytes, blocks] from a name of the namespace,
+        largest first (``holders``' rows); [] where no walk ran."""
+        return [list(row) for row in self.holders["rows"]] if self.holders else []
 
     def to_record(self) -> dict[str, Any]:
-        rec = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in ("time_us", "allocated", "top_blocks", "born")
-        }
+        rec: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "holders":  # where kept_by was a field of its own, before holders
+                rec["kept_by"] = self.kept_by
+            if f.name not in _UNRECORDED:
+                rec[f.name] = getattr(self, f.name)
         rec["path"] = str(self.path) if self.path is not None else None
         rec["peak_increase"] = self.peak_increase
         rec["kept"] = self.kept
         return rec
 
 
+_UNRECORDED = ("time_us", "allocated", "top_blocks", "born", "origin")  # not in to_record()
+
+
 # What a digest holds besides its ``meta``: an Interval's fields as its snapshot gives them,
 # declared (with their checks) in ``files.summary_fields``
 CONTENT = (*FIELDS, *ENCODED)
-
-
-def digest(snap: dict[str, Any], kept_blocks: bool = False) -> dict[str, Any]:
-    """What an interval keeps of a snapshot, before a path or a session names it: its ``meta``
-    (``Meta``) and the ``CONTENT`` fields. What ``summaries`` writes to a summary file, so a
-    file read again is never unpickled again. ``kept_blocks``: also every block it made and
-    kept, as (address, size, ``_role``): what the recorder asks who holds."""
-    # here: numpy loads with the first digest (the magic imports this module at %load_ext, for holds)
-    from .alive import alive_at, held, kept, temporaries
-    from .analysis import decimate_index, pick_device, summarize
-
-    meta = Meta.from_snapshot(snap)
-    learn_cells(meta.cells)  # its cells named as the kernel that recorded it named them
-    index = trace_index(meta.device) if meta.device is not None else pick_device(snap)
-    summary = summarize(snap, index)
-    keep = decimate_index(summary.allocated)
-    at_end = kept(summary)
-    name = _site_namer()  # kept and held share their blocks' frame lists: each is named once
-    labelled = bool(summary.trace) and "category" in summary.trace[-1]  # labelled files end labelled
-    # every block alive at the peak where the categories need them all; the table's largest else
-    at_peak = alive_at(summary, top=0 if labelled else TOP_BLOCKS)
-    return {
-        "meta": meta,
-        "device": meta.device if meta.device is not None else f"device:{index}",
-        **summary.figures(),
-        "top_blocks": [_plain(b) for b in at_peak[:TOP_BLOCKS]],
-        "born": {b["addr"]: b["size"] for b in at_end[:TOP_BLOCKS]},  # largest first
-        # sites of what can leak: a labelled file's parameters, gradients and optimizer state are
-        # left out (gradients made anew where backward ran from another function would move site)
-        "kept_by_site": _by_site(_leakable(at_end), name=name),
-        "held_by_site": _by_site(_leakable(held(summary)), HELD_SITES, name),  # at_end's blocks among them
-        **({"kept_blocks": [(b["addr"], b["size"], _role(b)) for b in at_end]} if kept_blocks else {}),
-        "transient": temporaries(summary),
-        "oom": _oom(summary),
-        **(_category_figures(summary, at_peak) if labelled else {"by_category": None, "by_category_at_peak": None}),
-        "time_us": summary.times_at(keep),
-        "allocated": summary.allocated[keep],
-    }
-
-
-def _leakable(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [b for b in blocks if not _role(b)]
-
-
-def _role(block: dict[str, Any]) -> str | None:
-    """A labelled block's model-state category (parameter, gradient, optimizer_state), else None."""
-    category = block["category"]
-    return category if type(category) is str and category in MODEL_STATE else None
-
-
-def _plain(block: dict[str, Any]) -> dict[str, Any]:
-    """An item of ``alive_at`` as plain values: its frames as ``plain_frames``, a category only
-    where the file gave a name."""
-    category = block.get("category")
-    return {
-        "size": block["size"],
-        "addr": block["addr"],
-        "before": block["before"],
-        "frames": plain_frames(block.get("frames")),
-        "category": category_name(category) if category is not None else None,
-        "made_in": marked_step(block.get("mark")),
-    }
-
-
-def marked_step(mark: Any) -> int | None:
-    """The step our ``user_metadata`` mark names ("memsnap step 8"), else None."""
-    found = _MARK.match(mark) if type(mark) is str else None
-    return int(found.group(1)) if found else None
-
-
-_MARK = re.compile(r"memsnap step (\d{1,10})(?!\d)")
 
 
 def interval_from_digest(
@@ -206,7 +145,6 @@ def interval_from_digest(
         context=_first(meta.context, defaults.CONTEXT),
         run=_run_of(run, meta, path),
         **{key: getattr(meta, key) for key in FROM_META},
-        kept_by=[list(row) for row in meta.holders["rows"]] if meta.holders else [],
         **{key: d[key] for key in CONTENT},
     )
 
@@ -221,79 +159,6 @@ def interval_from_snapshot(snap: dict[str, Any], path: Path | None = None, **nam
     """Summarise a snapshot into an Interval: figures, a decimated timeline, the blocks alive at
     its peak (``digest``, named as ``interval_from_digest`` says, with its keywords)."""
     return interval_from_digest(digest(snap), path, **naming)
-
-
-SITES = 20  # sites kept per interval
-HELD_SITES = 64  # sites of all that is held at the end
-
-
-def _site_namer() -> Callable[[dict[str, Any]], str]:
-    """``site`` of a block, each frame list named once: files share one frame list among many
-    blocks, and frame dicts among lists (one namer serves every pass over one snapshot's blocks)."""
-    named: dict[int, str] = {}
-    memo: Kinds = {}
-
-    def name(b: dict[str, Any]) -> str:
-        frames = b.get("frames")
-        if not frames:  # what it says depends on the block, not on a shared list
-            return site(b)
-        key = id(frames)
-        found = named.get(key)
-        if found is None:
-            found = named[key] = site(b, memo)
-        return found
-
-    return name
-
-
-def _by_site(
-    blocks: list[dict[str, Any]], limit: int = SITES, name: Callable[[dict[str, Any]], str] | None = None
-) -> list[list[Any]]:
-    """[site, bytes, blocks] of ``blocks``, largest first, the ``limit`` largest."""
-    name = name or _site_namer()
-    sites: dict[str, list[Any]] = {}
-    for b in blocks:
-        site_name = name(b)
-        row = sites.setdefault(site_name, [site_name, 0, 0])
-        row[1] += b["size"]
-        row[2] += 1
-    return sorted(sites.values(), key=lambda row: -row[1])[:limit]
-
-
-def _oom(summary: Any) -> dict[str, Any] | None:
-    """The report of the trace's last ``oom`` entry, read from the replay up to it."""
-    import numpy as np  # here, as in digest
-
-    from .alive import alive_at
-
-    if not len(summary.ooms):
-        return None
-    at = int(summary.ooms[-1])
-    entry = summary.trace[at]
-    index = int(np.searchsorted(summary.events[2], at)) - 1  # the last event replayed before it
-    alive = alive_at(summary, index=index, top=0)
-    return {
-        "requested": _count(entry.get("size")),
-        "site": site(entry) if plain_frames(entry.get("frames")) else None,
-        "device_free": _count(entry.get("device_free")),
-        "allocated": int(summary.allocated[index]) if index >= 0 else summary.baseline_allocated,
-        "by_category": totals([(b["category"], b["size"]) for b in alive]),
-        "sites": _by_site(alive)[:5],
-    }
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and 0 <= value < 1 << 62 else None
-
-
-def _category_figures(summary: Any, at_peak: list[dict[str, Any]]) -> dict[str, Any]:
-    """``by_category`` and ``by_category_at_peak`` of a labelled file, from its end state and
-    every block alive at its peak."""
-
-    _, sizes, blocks = summary.end
-    at_end = totals([(b.get("category"), int(s)) for b, s in zip(blocks, sizes.tolist())])
-    peak = totals([(b["category"], b["size"]) for b in at_peak])
-    return {"by_category": at_end or {}, "by_category_at_peak": peak or {}}
 
 
 def _run_of(run: str | None, meta: Meta, path: Path | None) -> str:

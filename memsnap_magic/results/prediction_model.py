@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .prediction_align import Expect, Interner, Recording, align, allocations, freed_before, kept
+from .prediction_align import Expect, align, allocations, freed_before
+from .prediction_recording import Interner, Recording, kept
 
 BEFORE = -2  # site of what was alive before the step
 CONSTANT = ("parameter", "gradient", "optimizer_state")  # kept bytes that never scale

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..core.units import fmt_bytes
-from .prediction_align import NO_SITE, Interner, Recording
 from .prediction_model import BEFORE, Replay, StepModel
+from .prediction_recording import NO_SITE, Interner, Recording
 from .stacks import frame_lines
 
 ALIGNED_SHARE = 0.99  # below this share of the predicted peak from aligned allocations: refuse

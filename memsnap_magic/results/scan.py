@@ -14,6 +14,7 @@ import os
 import signal
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -300,6 +301,5 @@ def read_run(
                 f"{', '.join(map(str, paths))}: {len(runs)} runs ({', '.join(runs)}) cannot take one name; "
                 "name one run's folder at a time, or leave the name out to load each as its own run"
             )
-        for iv in loaded:
-            iv.run = name
+        loaded = [replace(iv, run=name) for iv in loaded]
     return loaded

@@ -13,10 +13,12 @@ cumulative figures accumulate in that order: the same table whether a kernel rec
 from __future__ import annotations
 
 import bisect
+import threading
 import types
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from ..core.names import run_label
@@ -67,10 +69,12 @@ def _stream(iv: Interval) -> tuple[str, int, str]:
 
 class Session:
     """Intervals run by run (in the order runs began), each run in step and rank order (ties in
-    the order added); re-running a step replaces its interval within its run."""
+    the order added); re-running a step replaces its interval within its run. A record held is
+    never changed: a figure that moves later (cumulative, a file's size) comes in a new record
+    in its place, which ``current`` finds from the old one."""
 
     def __init__(self) -> None:
-        self.intervals: list[Interval] = []  # every run's; read it, change it only through add and reset
+        self.intervals: list[Interval] = []  # every run's; read it, change it only through add, written, reset
         self.defaults: dict[str, Any] = {}  # %memsnap config: option -> value, over the table's defaults
         self.last: Interval | None = None  # the interval added most recently
         self.last_replaced: Interval | None = None  # the one ``last`` replaced, if any
@@ -83,6 +87,7 @@ class Session:
         self._steps: dict[tuple[str, int, str], dict[int, Interval]] = {}  # stream -> step -> first added
         self._sorted: dict[tuple[str, int, str], list[int]] = {}  # stream -> its steps, ascending
         self._top: dict[str, int] = {}  # run -> its highest step, those a reset forgot included
+        self._lock = threading.RLock()  # one change at a time: a block's thread, the writer's results
 
     @property
     def runs(self) -> dict[str, Run]:
@@ -108,10 +113,19 @@ class Session:
 
     def add(self, interval: Interval, notify: bool = True) -> Interval | None:
         """Add ``interval``; returns the interval of the same step in its run it replaced, if any.
-        ``notify``: tell the listeners now (``add_all`` tells them once, after the last)."""
+        ``notify``: tell the listeners now (``add_all`` tells them once, after the last).
+
+        What the session holds is ``interval`` with its cumulative figures (``last`` after
+        this, and ``current(interval)`` later): a record, once held, is never changed."""
+        with self._lock:
+            replaced = self._add(interval)
+        if notify:
+            self._notify()
+        return replaced
+
+    def _add(self, interval: Interval) -> Interval | None:
         key, stream, place = _key(interval), _stream(interval), self._place(interval)
         replaced = self._where.get(key)
-        self._where[key] = interval
         if replaced is not None:
             # out, and in again after the others of its step and rank (other tags, devices):
             # the newer last, as a folder's scan orders a step written twice
@@ -119,6 +133,7 @@ class Session:
             while self.intervals[n] is not replaced:
                 n += 1
             del self.intervals[n], self._order[n]
+            self._where[key] = interval
             n = bisect.bisect_right(self._order, place)
             self._order.insert(n, place)
             self.intervals.insert(n, interval)
@@ -127,10 +142,14 @@ class Session:
                 by_step[interval.step] = next(
                     iv for iv in self.intervals[first:] if _stream(iv) == stream and iv.step == interval.step
                 )
-            self._update_cumulative()  # a step replaced: every later figure may move
+            self._update_cumulative()  # a step replaced: every later figure may move (its own too)
         else:
             steps = self._sorted.setdefault(stream, [])
             last = not steps or interval.step >= steps[-1]  # the newest step of its stream
+            if last:  # its figures follow from its stream's last: complete as it joins
+                interval = _accumulated(interval, self._tails.get(stream))
+                self._tails[stream] = interval
+            self._where[key] = interval
             n = bisect.bisect_right(self._order, place)
             self._order.insert(n, place)
             self.intervals.insert(n, interval)
@@ -139,15 +158,48 @@ class Session:
                 by_step[interval.step] = interval
                 bisect.insort(steps, interval.step)
             self._top[interval.run] = max(self._top.get(interval.run, interval.step), interval.step)
-            if last:
-                _accumulate(interval, self._tails.get(stream))
-                self._tails[stream] = interval
-            else:  # a step before others already held: theirs now accumulate over it
+            if not last:  # a step before others already held: theirs now accumulate over it
                 self._update_cumulative()
-        self.last, self.last_replaced = interval, replaced
-        if notify:
-            self._notify()
+        self.last, self.last_replaced = self._where[key], replaced
         return replaced
+
+    def _index(self, iv: Interval) -> int:
+        """Where ``iv`` (held) is in ``intervals``."""
+        n = bisect.bisect_left(self._order, self._place(iv))
+        while self.intervals[n] is not iv:
+            n += 1
+        return n
+
+    def current(self, interval: Interval) -> Interval:
+        """The record held now for ``interval``'s recording (the session replaced the one given,
+        or since held, as its figures became known); ``interval`` itself where none is held any
+        more (its step recorded again, a reset). What a reader that kept a record reads again."""
+        held = self._where.get(_key(interval))
+        return held if held is not None and held.origin == interval.origin else interval
+
+    def written(self, interval: Interval, path: Path | None, file_bytes: int | None) -> Interval:
+        """Take the outcome of ``interval``'s write: the file's path and size, or ``None`` for
+        both where it could not be written. Called where the writer's results are applied
+        (``files.writer``: by whoever waits for it), not on the writer's thread. Returns the
+        record that stands for it now; listeners are not told (no figure moved)."""
+        with self._lock:
+            held = self.current(interval)
+            record = replace(held, path=path, file_bytes=file_bytes)
+            if self._where.get(_key(held)) is held:
+                self._swap(self._index(held), record)
+            return record
+
+    def _swap(self, n: int, record: Interval) -> None:
+        """Put ``record`` in place of ``intervals[n]`` (the same recording) in every index."""
+        old, self.intervals[n] = self.intervals[n], record
+        stream = _stream(record)
+        self._where[_key(record)] = record
+        if self._steps[stream].get(record.step) is old:
+            self._steps[stream][record.step] = record
+        if self._tails.get(stream) is old:
+            self._tails[stream] = record
+        if self.last is old:
+            self.last = record
 
     def add_all(self, intervals: Iterable[Interval]) -> list[Interval | None]:
         """``add`` each, in order; the listeners are told once, after the last: a dashboard
@@ -184,19 +236,24 @@ class Session:
         self._listeners = [ref for ref in self._listeners if ref() not in (None, listener)]
 
     def _update_cumulative(self) -> None:
+        """Every interval's cumulative figures again; a record whose figures moved is replaced."""
         self._tails = {}
-        for iv in self.intervals:
-            _accumulate(iv, self._tails.get(_stream(iv)))
-            self._tails[_stream(iv)] = iv
+        for n, iv in enumerate(self.intervals):
+            stream = _stream(iv)
+            record = _accumulated(iv, self._tails.get(stream))
+            if record is not iv:
+                self._swap(n, record)
+            self._tails[stream] = record
 
     def reset(self) -> None:
         """Forget the intervals (files on disk stay); defaults and dashboards stay."""
-        self.intervals.clear()
-        self.last = self.last_replaced = None
-        # the steps numbered so far stay: a cell without step= after a reset must not take step 1
-        # again and overwrite its file, which stays on disk
-        for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted):
-            index.clear()
+        with self._lock:
+            self.intervals.clear()
+            self.last = self.last_replaced = None
+            # the steps numbered so far stay: a cell without step= after a reset must not take step 1
+            # again and overwrite its file, which stays on disk
+            for index in (self._where, self._order, self._runs, self._tails, self._steps, self._sorted):
+                index.clear()
         self._notify()  # a dashboard shown would offer steps that are gone
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -204,8 +261,12 @@ class Session:
         return [iv.to_record() for iv in self.intervals]
 
 
-def _accumulate(iv: Interval, prev: Interval | None) -> None:
-    """``iv``'s cumulative figures, given the interval added before it in its stream."""
+def _accumulated(iv: Interval, prev: Interval | None) -> Interval:
+    """``iv`` with its cumulative figures, given the interval before it in its stream: ``iv``
+    itself where they are already so."""
     carried = prev.trace_entries if prev is not None and holds(iv, prev) else 0
-    iv.cumulative_trace_entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
-    iv.cumulative_peak_allocated = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
+    entries = (prev.cumulative_trace_entries if prev else 0) + max(iv.trace_entries - carried, 0)
+    peak = max(iv.peak_allocated, prev.cumulative_peak_allocated if prev else 0)
+    if (entries, peak) == (iv.cumulative_trace_entries, iv.cumulative_peak_allocated):
+        return iv
+    return replace(iv, cumulative_trace_entries=entries, cumulative_peak_allocated=peak)

@@ -21,47 +21,20 @@ from IPython.display import display
 from ..core.names import run_label
 from ..recording.process_state import STATE
 from ..results.intervals import Interval
-from ..results.session import Session, busiest, recorded_before
-from . import charts, timeline
-from .explain import (
-    bar_figures,
-    blocks_table,
-    caveats,
-    failure_banner,
-    ranks_figures,
-    run_comparisons,
-    usage_line,
-)
-from .fit import Fit, fit_figure, fit_of, fit_words, scaled_dims
-from .headline import FINDINGS_CSS, Finding, findings_html, headline
+from ..results.session import Session, recorded_before
+from . import charts, overview, timeline
+from .dashboard_widgets import POINT_HINT, DashboardWidgets
+from .explain import bar_figures, blocks_table, caveats, failure_banner, ranks_figures, usage_line
+from .fit import Fit, fit_of
+from .headline import Finding, findings_html
+from .overview import ALL_RANKS, FIT, VIEW_MEANS, offered_views
+from .overview import CUMULATIVE_MEANS as CUMULATIVE_MEANS  # importable from here, as before
 from .pointing import bar_at
 from .report import interval_table
-from .still import FIT_ALT, MAX_WIDTH, OVERVIEW_ALT, THEME_CSS, still_bundle
-from .words import count_of
-
-ALL_RANKS = "all"
-CUMULATIVE_MEANS = (
-    "cumulative: what each snapshot would hold if the history were never cleared, every earlier "
-    "step included (the ever-growing files memsnap avoids)"
-)
-VIEW_MEANS = {  # the caption under the view buttons: what the view chosen shows
-    "interval": "per interval: each step's own snapshot, from a fresh history: its peak over its start, "
-    "and what it kept",
-    "cumulative": CUMULATIVE_MEANS,
-    "both": "both: each step's own peak beside what a never-cleared snapshot would hold by then",
-    "categories": "by category: each step's peak split into parameters, gradients, optimizer state, "
-    "activations and other",
-    "fit": "fit: every step recorded with scale= at the size it ran at, the peak predicted at other sizes "
-    "(the step replayed), the capacity, and the largest size predicted to fit (all runs and ranks)",
-}
-POINT_HINT = "point at a step's bars for its exact figures; click to open the step"
-RUN_FINDINGS = 4  # runs whose findings the header lists when runs are compared
-_VIEW_LABELS = {"per-interval": "interval", "cumulative": "cumulative", "both": "both", "by category": "categories"}
-FIT = ("fit", "fit")  # offered where a step was recorded with scale=
-CAPACITY_HINT = "auto, 80GiB or bytes"
+from .still import FIT_ALT, OVERVIEW_ALT, still_bundle
 
 
-class Dashboard:
+class Dashboard(DashboardWidgets):
     """Overview of every step, a view control, and the selected step's timeline and top blocks."""
 
     def __init__(self, session: Session | None = None, view: str | None = None) -> None:
@@ -70,64 +43,7 @@ class Dashboard:
             offered = ", ".join(value for _, value in offered_views(self.session))
             fit = "" if FIT in offered_views(self.session) else " (fit: where a step was recorded with scale=)"
             raise ValueError(f"dashboard: view={view!r} is not one of {offered}{fit}")
-        labels = {"description_width": "70px"}  # both controls' labels line up
-        self.view = w.ToggleButtons(
-            options=list(_VIEW_LABELS.items()),
-            value="interval",
-            description="view",
-            style=dict(labels, button_width="110px"),
-        )
-        self.view.add_class("widget-inline-hbox")  # the label beside the buttons, aligned as "step"
-        # the fit view's capacity: what the largest size that fits is asked against
-        self.capacity = w.Text(
-            value="auto",
-            description="capacity",
-            placeholder=CAPACITY_HINT,
-            continuous_update=False,
-            layout=w.Layout(display="none", width="230px"),
-            style=labels,
-        )
-        self.group = w.Dropdown(
-            description="rank/device", layout=w.Layout(display="none"), style={"description_width": "initial"}
-        )
-        self.view_help = w.HTML(layout=w.Layout(margin="0 0 0 76px"))
-        self.step = w.Dropdown(description="step", style=labels)
-        self.run = w.Dropdown(description="run", layout=w.Layout(display="none", width="240px"), style=labels)
-        small = w.Layout(width="32px")
-        self.prev = w.Button(icon="chevron-left", tooltip="previous step", layout=small)
-        self.next = w.Button(icon="chevron-right", tooltip="next step", layout=small)
-        self.follow = w.Checkbox(value=True, description="follow newest", indent=False)
-        self.header = w.HTML()
-        self.header.add_class("memsnap-headline")
-        self.overview = w.Image(format="png")
-        self.readout = w.HTML(f"<small style='opacity:0.75'>{POINT_HINT}</small>")
-        self.readout.add_class("memsnap-readout")
-        self.error = w.HTML()
-        self.detail = w.Image(format="png")
-        self.usage = w.HTML()
-        self.blocks = w.HTML()
-        self.root = w.VBox(
-            [
-                w.HTML(f"<style>{THEME_CSS} {FINDINGS_CSS}</style>"),
-                self.header,
-                w.HBox([self.view, self.group, self.capacity], layout=w.Layout(flex_flow="row wrap")),
-                self.view_help,
-                self.overview,
-                self.readout,
-                # wraps in a narrow output (a side bar open) instead of scrolling sideways
-                w.HBox([self.run, self.step, self.prev, self.next, self.follow], layout=w.Layout(flex_flow="row wrap")),
-                self.error,
-                self.detail,
-                self.usage,
-                self.blocks,
-            ]
-        )
-        self.root.add_class("memsnap-dashboard")
-        self.root.layout.align_items = "flex-start"
-        # images follow the output's width (up to a size where the text is already large); their
-        # PNGs carry 2x the pixels, so text stays sharp
-        for image in (self.overview, self.detail):
-            image.layout = w.Layout(width="100%", max_width=MAX_WIDTH, height="auto", margin="6px 0")
+        super().__init__()
         self.overview_fig: Any = None
         self.detail_fig: Any = None
         self._figs: dict[str, Any] = {}  # drawn into again at each refresh (see chartkit.reuse_figure)
@@ -242,29 +158,19 @@ class Dashboard:
 
     # which intervals are on screen
     def _run_intervals(self, run: str | None = None) -> list[Interval]:
-        run = self.run.value if run is None else run
-        return [iv for iv in self.session.intervals if iv.run == run]
+        return overview.run_intervals(self.session, self.run.value if run is None else run)
 
     def groups(self) -> list[tuple[int, str]]:
-        seen: dict[tuple[int, str], None] = {}
-        for iv in self._run_intervals():
-            seen.setdefault((iv.rank, iv.device), None)
-        return list(seen)
+        return overview.groups(self._run_intervals())
 
     def shown(self, run: str | None = None) -> list[Interval]:
         """The selected run's intervals of one rank; with "all ranks", per step the rank with
         the highest peak."""
-        key, ivs = self.group.value, self._run_intervals(run)
-        if key == ALL_RANKS:
-            return busiest(ivs)
-        return [iv for iv in ivs if key is None or (iv.rank, iv.device) == key]
+        return overview.shown(self._run_intervals(run), self.group.value)
 
     def _compared(self) -> list[tuple[str, list[Interval]]]:
         """(label, intervals) of every run, on the shown rank, when several runs are compared."""
-        runs = self.session.runs
-        if len(runs) < 2 or self.group.value == ALL_RANKS:
-            return []
-        return [(run.label, self.shown(name)) for name, run in runs.items()]
+        return overview.compared(self.session, self.group.value)
 
     def selected(self) -> Interval | None:
         ivs = self.shown()
@@ -324,50 +230,17 @@ class Dashboard:
         self._draw_step()
 
     def _draw_overview(self) -> None:
-        ivs = self.shown()
-        header = f"<b>memsnap</b> · {count_of(len(ivs), 'step')}"
-        compared = self._compared()
         fit = self._fit() if self.view.value == FIT[1] else None
-        if fit is not None:  # every step recorded with scale=, of any run and rank: its words head it
-            header += f" · fit over {html.escape(fit.dim)}"
-            lines: list[Finding] = [("", line) for line in fit_words(fit)]
-            self.overview_fig = self._figs["fit"] = fit_figure(fit, fig=self._figs.get("fit"))
-        elif self.group.value == ALL_RANKS:
-            header += f" · {len(self.groups())} ranks/devices"
-            self.overview_fig = self._figs["ranks"] = charts.ranks_figure(
-                self._run_intervals(), selected=self.step.value, fig=self._figs.get("ranks")
-            )
-            lines = []
-        elif compared:
-            label = run_label(self.run.value)
-            header += f" in run <b>{html.escape(label)}</b> · {len(compared)} runs compared"
-            # every run's findings, the selected one's first: a leak in another run stays in view
-            ordered = sorted(compared, key=lambda run: run[0] != label)[:RUN_FINDINGS]
-            lines = [(name, line) for name, group in ordered if group for line in headline(group).splitlines()]
-            lines += [("", line) for line in run_comparisons(label, compared)]
-            at = self.selected()
-            steps = sorted({iv.step for _, group in compared for iv in group})
-            mark = None
-            if at is not None:
-                mark = ([name for name, _ in compared].index(label), steps.index(at.step))
-            self.overview_fig = self._figs["runs"] = charts.runs_figure(
-                compared, view=self.view.value, selected=mark, fig=self._figs.get("runs")
-            )
-        else:
-            lines = [("", line) for line in headline(ivs).splitlines()] if ivs else []
-            self.overview_fig = self._figs["overview"] = charts.overview_figure(
-                ivs, view=self.view.value, selected=self.step.value, fig=self._figs.get("overview")
-            )
+        drawn = overview.draw(
+            self.session, self.run.value, self.group.value, self.view.value, self.step.value, fit, self._figs
+        )
+        self.overview_fig = drawn.fig
         self.view_help.value = f"<small style='opacity:0.75'>{html.escape(VIEW_MEANS[self.view.value])}</small>"
-        self.findings = lines  # the headline's lines (the fit's words in its view), for the still copy too
+        self.findings = drawn.lines  # the headline's lines (the fit's words in its view), for the still copy too
         self._fit_drawn = fit is not None
         self.readout.layout.display = "none" if fit is not None else ""  # no bars to point at there
-        # what the picture shows, in words, as drawn: a superseded copy keeps them after a reset
-        as_of = f"as of step {ivs[-1].step} ({count_of(len(ivs), 'step')})" if ivs else "no steps yet"
-        if compared:
-            as_of += f" in run {run_label(self.run.value)}, {len(compared)} runs compared"
-        self._drawn = (as_of, list(self.session.intervals if compared else ivs))  # tabled when the copy is
-        self.header.value = header + findings_html(lines)
+        self._drawn = (drawn.as_of, drawn.rows)
+        self.header.value = drawn.header + findings_html(drawn.lines)
         self._overview_png = charts.png(self.overview_fig)
         self.overview.value = self._overview_png
         self._update_still()
@@ -377,7 +250,7 @@ class Dashboard:
         the capacity changed (it reads their files)."""
         chosen = [iv for iv in self.session.intervals if iv.scale]
         capacity = self.capacity.value.strip() or None
-        key = ([(id(iv), iv.path, tuple(iv.scale.items())) for iv in chosen if iv.scale], capacity)
+        key = ([(iv.origin, iv.path, tuple(iv.scale.items())) for iv in chosen if iv.scale], capacity)
         if key != self._fit_key:
             self.fit, self._fit_key = fit_of(self.session.intervals, capacity), key
         return self.fit
@@ -443,11 +316,6 @@ class Dashboard:
         bundle["image/png"] = base64.b64encode(self._overview_png).decode("ascii")
         bundle["text/plain"] = interval_table(self.session.intervals)
         return bundle
-
-
-def offered_views(session: Session) -> list[tuple[str, str]]:
-    """The view buttons' (label, view): the fit view too where a step was recorded with ``scale=``."""
-    return list(_VIEW_LABELS.items()) + [FIT] * bool(scaled_dims(session.intervals))
 
 
 def _close_all(widget: w.Widget) -> None:
