@@ -224,7 +224,7 @@ def _predict(
         if others is not None and rest != others:
             raise ValueError(f"predict: recordings differ in more than {dim!r}: {others!r} and {rest!r}")
         others = rest
-        rank = meta.get("rank") if type(meta.get("rank")) is int else 0
+        rank: int = meta["rank"] if type(meta.get("rank")) is int else 0
         metas.append(meta)
         cpu = cpu and str(meta.get("device", "")).startswith("cpu")
         rec = read_recording(snap, float(scale[dim]), names, device)
