@@ -223,6 +223,81 @@ def test_a_hugging_face_gpt2_step_whose_code_we_did_not_write(tmp_path: Path) ->
     assert any("seq²" in g.law for g in p.growth), [str(g) for g in p.growth]
 
 
+def test_a_step_recorded_on_several_ranks_is_predicted_on_each_the_highest_wins(tmp_path: Path) -> None:
+    """Two ranks of one run (a pipeline's stages: rank 1 holds the larger half), each recorded at
+    batch 2, 4 and 8 into one folder; batch 32, recorded too, is the answer on each rank."""
+    import torch
+
+    torch.manual_seed(0)
+    widths = {0: 256, 1: 1024}
+    stages = {
+        r: torch.nn.Sequential(torch.nn.Linear(64, w), torch.nn.ReLU(), torch.nn.Linear(w, 64))
+        for r, w in widths.items()
+    }
+    opts = {r: torch.optim.AdamW(m.parameters(), lr=1e-3) for r, m in stages.items()}
+
+    def train(rank: int, batch: int) -> None:
+        stages[rank](torch.randn(batch, 64)).pow(2).mean().backward()
+        opts[rank].step()
+        opts[rank].zero_grad(set_to_none=True)
+
+    truth = {}
+    for rank in widths:
+        train(rank, 2)  # warm-up: AdamW's state exists
+        for batch in (2, 4, 8, 32):
+            scale = {"batch": batch} if batch < 32 else None
+            out = tmp_path / ("runs" if batch < 32 else "truth")
+            with memsnap_magic.Recorder(
+                step=1, device="cpu", out=out, run=f"b{batch}", rank=rank, scale=scale, wait=True
+            ) as r:
+                train(rank, batch)
+            if batch == 32:
+                truth[rank] = r.intervals[0].peak_allocated
+    files = sorted((tmp_path / "runs").rglob("*.pickle"))
+    assert len(files) == 6
+    p = predict(files, at={"batch": 32})
+    assert p.rank == 1 and p.by_rank == truth and p.peak_allocated == truth[1]
+    from memsnap_magic.views.prediction import prediction_text
+
+    words = prediction_text(p)
+    assert "step 1 on rank 1 (the highest of 2) at batch=32" in words and "by rank: 0 " in words
+    assert p.to_record()["rank"] == 1
+    # one rank alone is predicted as before, without a word of ranks
+    alone = predict([f for f in files if "rank0" in f.name], at={"batch": 32})
+    assert alone.rank is None and alone.by_rank == {} and alone.peak_allocated == truth[0]
+    assert "rank" not in prediction_text(alone).splitlines()[0]
+
+
+def test_steps_left_out_are_not_compared(tmp_path: Path) -> None:
+    """``steps=`` narrows before the other scale keys are compared: a step recorded for something
+    else (another sequence length) does not make the asked steps' prediction refuse."""
+    import torch
+
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train(batch: int, seq: int) -> None:
+        model(torch.randn(batch, seq, 64)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def record(step: int, batch: int, seq: int) -> None:
+        scale = {"batch": batch, "seq": seq}
+        with memsnap_magic.Recorder(
+            step=step, device="cpu", out=tmp_path, run=f"s{step}b{batch}", scale=scale, wait=True
+        ):
+            train(batch, seq)
+
+    train(2, 16)  # warm-up: AdamW's state exists
+    for batch in (2, 4, 8):
+        record(1, batch, 16)
+    record(2, 8, 99)
+    files = sorted(tmp_path.rglob("*.pickle"))
+    with pytest.raises(ValueError, match="differ in more than 'batch'"):
+        predict(files, at={"batch": 16})
+    assert predict(files, at={"batch": 16}, steps=[1]).step == 1
+
+
 def test_files_recorded_with_a_scale_need_no_sizes_given(recorded: dict[tuple[str, int], Path]) -> None:
     paths = [recorded["mlp", s] for s in (2, 4, 8)]
     by_meta = memsnap_magic.predict(paths, batch=64)

@@ -54,7 +54,7 @@ class Prediction:
     peak_allocated: int  # requested bytes, the highest over the steps given
     peak_blocks: int  # allocator-level: each block rounded as the caching allocator does (CPU: the same)
     step: Any  # the step whose peak that is
-    by_step: dict[Any, int]
+    by_step: dict[Any, int]  # each step's predicted peak (the highest over the ranks recorded)
     at_peak: dict[str, dict[str, int]]  # {"category": {...}, "site": {...}} of bytes alive then
     when: PeakMoment
     growth: list[Growth]
@@ -65,6 +65,8 @@ class Prediction:
     unaligned_bytes: int  # at the largest recorded size: allocations not found at every size
     capacity: int | None = None
     capacity_from: str = ""  # how the capacity was found: given, or what ``auto_capacity`` read
+    rank: int | None = None  # several ranks recorded: the one whose step peaks highest (runs out first)
+    by_rank: dict[int, int] = field(default_factory=dict)  # several ranks: each one's highest predicted peak
     _models: tuple[StepModel, ...] = field(default=(), repr=False, compare=False)
 
     def beyond(self, value: float) -> float:
@@ -99,6 +101,8 @@ class Prediction:
             "peak_blocks": self.peak_blocks,
             "step": self.step,
             "by_step": {str(k): v for k, v in self.by_step.items()},
+            "rank": self.rank,
+            "by_rank": {str(k): v for k, v in self.by_rank.items()},
             "at_peak": self.at_peak,
             "when": {
                 "event": self.when.event,
@@ -174,8 +178,10 @@ def predict(
     path, its scale a mapping such as ``{"batch": 8}``), or snapshots whose ``memsnap`` metadata
     holds ``scale`` (``scale=batch:8``). Scale keys other than the dimension must agree. ``run``:
     only the intervals (or snapshots) of this run, or these runs. Several steps are predicted
-    apart, the highest peak wins; ``steps`` keeps only those. ``device``: the trace read (default:
-    the first with entries, as ``summarize``). ``rounding``: the allocator's block granularity for
+    apart, the highest peak wins; ``steps`` keeps only those. A step recorded on several ranks is
+    predicted on each from its own files, and the rank that peaks highest wins (``rank``): the
+    one that runs out first. ``device``: the trace read (default: the first with entries, as
+    ``summarize``). ``rounding``: the allocator's block granularity for
     ``peak_blocks`` (default 512 B off the CPU, none on it). ``capacity``: bytes, a size such as
     ``"80GiB"``, or ``"auto"`` (``auto_capacity``); ``largest()`` and ``fits`` use it.
     ``ValueError`` for what cannot be predicted from (``PredictionRefused``: a step that differs
@@ -200,7 +206,7 @@ def _predict(
 ) -> Prediction:
     wanted = None if steps is None else set(steps)
     names = Interner()
-    groups: dict[Any, list[Recording]] = {}
+    groups: dict[tuple[Any, int], list[Recording]] = {}  # (step, rank): the sizes it was recorded at
     others: dict[str, Any] | None = None
     cpu = True
     metas: list[Mapping[str, Any]] = []
@@ -208,50 +214,60 @@ def _predict(
         if item is None:  # another run's
             continue
         snap, scale = source(item, given)
+        meta = snap.get("memsnap") or {}
+        step = meta.get("step")
+        if wanted is not None and step not in wanted:
+            continue
         if dim not in scale:
             raise ValueError(f"predict: a recording has no {dim!r} in its scale {dict(scale)!r}")
         rest = {k: v for k, v in scale.items() if k != dim}
         if others is not None and rest != others:
             raise ValueError(f"predict: recordings differ in more than {dim!r}: {others!r} and {rest!r}")
         others = rest
-        step = (snap.get("memsnap") or {}).get("step")
-        if wanted is not None and step not in wanted:
-            continue
-        meta = snap.get("memsnap") or {}
+        rank: int = meta["rank"] if type(meta.get("rank")) is int else 0
         metas.append(meta)
         cpu = cpu and str(meta.get("device", "")).startswith("cpu")
         rec = read_recording(snap, float(scale[dim]), names, device)
         whole(meta, rec, f"step {step} at {dim}={scale[dim]}")
-        if any(r.value == rec.value for r in groups.get(step, [])):
-            raise ValueError(f"predict: step {step} was given twice at {dim}={scale[dim]}")
-        groups.setdefault(step, []).append(rec)
+        if any(r.value == rec.value for r in groups.get((step, rank), [])):
+            raise ValueError(f"predict: step {step} of rank {rank} was given twice at {dim}={scale[dim]}")
+        groups.setdefault((step, rank), []).append(rec)
     if not groups:
         raise ValueError("predict: no recordings (of the steps asked for)")
-    for step, recs in groups.items():
+    ranks = sorted({rank for _, rank in groups})
+    label = {key: f"{key[0]} of rank {key[1]}" if len(ranks) > 1 else key[0] for key in groups}
+    for key, recs in groups.items():
         if len(recs) < 3:
             raise ValueError(
-                f"predict: step {step} has {len(recs)} recorded size(s) of {dim!r}; three or more are needed"
+                f"predict: step {label[key]} has {len(recs)} recorded size(s) of {dim!r}; three or more are needed"
             )
     block = (1 if cpu else 512) if rounding is None else max(int(rounding), 1)
-    models = {step: StepModel(recs, names, block) for step, recs in groups.items()}
-    replays = {step: m.replay(float(target)) for step, m in models.items()}
-    for step, m in models.items():
-        check_aligned(step, m, replays[step], dim, float(target))
-    step = max(replays, key=lambda s: replays[s].peak)
-    model, replay = models[step], replays[step]
+    models = {key: StepModel(recs, names, block) for key, recs in groups.items()}
+    replays = {key: m.replay(float(target)) for key, m in models.items()}
+    for key, m in models.items():
+        check_aligned(label[key], m, replays[key], dim, float(target))
+    top = max(replays, key=lambda k: replays[k].peak)  # the rank that runs out first, on its highest step
+    model, replay = models[top], replays[top]
     loo = model.leave_one_out() if len(model.recs) >= 4 else {}
     cap, cap_from = None, ""
     if capacity == "auto":
         cap, cap_from = auto_capacity(metas) or (None, "")
     elif capacity is not None:
         cap, cap_from = parse_capacity(capacity), "given"
+    by_step: dict[Any, int] = {}
+    by_rank: dict[int, int] = {}
+    for (step, rank), r in replays.items():
+        by_step[step] = max(by_step.get(step, 0), r.peak)
+        by_rank[rank] = max(by_rank.get(rank, 0), r.peak)
     return Prediction(
         dim=dim,
         at=target,
         peak_allocated=replay.peak,
         peak_blocks=max(r.blocks for r in replays.values()),
-        step=step,
-        by_step={s: r.peak for s, r in replays.items()},
+        step=top[0],
+        by_step=by_step,
+        rank=top[1] if len(ranks) > 1 else None,
+        by_rank=by_rank if len(ranks) > 1 else {},
         at_peak=at_peak(model, replay),
         when=when(model, replay),
         growth=growth(model, replay, float(target), dim),

@@ -70,13 +70,15 @@ def prediction_text(p: Prediction, top: int = 3) -> str:
     )
     blocks = f" ({fmt_bytes(p.peak_blocks)} in allocator blocks)" if p.peak_blocks != p.peak_allocated else ""
     lines = [
-        f"memsnap predict: step {p.step} at {dim}={_num(p.at)}: peak {fmt_bytes(p.peak_allocated)}{blocks}"
+        f"memsnap predict: step {p.step}{_rank(p)} at {dim}={_num(p.at)}: peak {fmt_bytes(p.peak_allocated)}{blocks}"
         f" · from {dim}={', '.join(map(_num, sizes))} ({check})"
     ]
     if p.far(p.at):
         lines.append(f"  {far_words(p, p.at)}")
     if len(p.by_step) > 1:
         lines.append("  by step: " + ", ".join(f"{s} {fmt_bytes(b)}" for s, b in p.by_step.items()))
+    if p.by_rank:
+        lines.append("  by rank: " + ", ".join(f"{r} {fmt_bytes(b)}" for r, b in sorted(p.by_rank.items())))
     alive = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in p.at_peak["category"].items()) or "nothing"
     when = f"{p.when.fraction:.0%} into the step, at {p.when.site}" if p.when.event >= 0 else "before the step"
     lines.append(f"  alive at the peak ({when}): {alive}")
@@ -123,3 +125,8 @@ def far_words(p: Prediction, value: float) -> str:
 def _num(value: float) -> str:
     """A size as written: ``64``, ``0.5``."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _rank(p: Prediction) -> str:
+    """`` on rank 3 (the highest of 4)``: where several ranks were recorded, the one that peaks."""
+    return f" on rank {p.rank} (the highest of {len(p.by_rank)})" if p.rank is not None else ""
