@@ -9,6 +9,8 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, is_, not_
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ....core.devices import KINDS
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
@@ -86,16 +88,19 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
         ups += compress(parents, is_alloc)
         if all(instant):
             inner = list(compress(level, map(not_, is_alloc)))
-        else:  # the calls, and any instant that is not an allocation
-            allocs = iter(is_alloc)
-            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
+        else:  # the calls, and any instant that is not an allocation (few: set one by one)
+            below = list(map(not_, instant))
+            for i in compress(compress(range(len(level)), instant), map(not_, is_alloc)):
+                below[i] = True
+            inner = list(compress(level, below))
         kids = list(map(_CHILDREN, inner))
         level = list(chain.from_iterable(kids))
         up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
         fields = None
     held.append(found)
-    order = sorted(range(len(times)), key=times.__getitem__)
-    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
+    if len(times) > 1:  # into time order (a stable sort: events of one time keep the tree's order)
+        order = np.argsort(np.array(times, dtype=np.int64), kind="stable").tolist()
+        found, times, ups = (list(map(column.__getitem__, order)) for column in (found, times, ups))
     for lo in range(0, len(found), _CHUNK):
         yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
 
