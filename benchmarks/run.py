@@ -39,6 +39,7 @@ BENCHMARKS = (
     "scale",
     "cell",
     "cpu_events",
+    "cpu_floor",
     "first_cell",
     "dump",
     "session_memory",

@@ -33,6 +33,8 @@ class CellCode:
 
     def __init__(self, shell: Any, header: str, body: str) -> None:
         self.shell = shell
+        # read now, before recording starts: on the CPU route every call while it records is traced
+        self._namespaces = shell.user_global_ns, shell.user_ns
         transformed = shell.transform_cell(body)
         # Line 1 is the magic's line, as a comment: the cell's own line numbers hold, and the
         # cached source parses, as a plain cell's does (tracebacks read it for their variables
@@ -99,7 +101,7 @@ class CellCode:
     def run(self) -> Any:
         """Execute in the user's namespace; the final expression's value is returned."""
         __tracebackhide__ = True
-        glob, local = self.shell.user_global_ns, self.shell.user_ns
+        glob, local = self._namespaces
         try:
             for code in self._execs:
                 exec(code, glob, local)

@@ -127,7 +127,8 @@ class MemsnapMagics(Magics):
         error: BaseException | None = None
         try:
             value = code.run()
-            recorder.reach_also(value)  # IPython keeps it in Out after us: the start of what follows
+            if value is not None:  # IPython keeps it in Out after us: the start of what follows
+                recorder.reach_also(value)
             return value
         except BaseException as e:
             error = e

@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 def device_record(backend: Backend) -> Device:
     """The process's record of ``backend``'s device (made again after ``%memsnap reset``)."""
-    return STATE.devices.setdefault(backend.device, Device(backend))
+    record = STATE.devices.get(backend.device)
+    if record is None:
+        record = STATE.devices[backend.device] = Device(backend)
+    return record
 
 
 def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, keep: bool, cleared: bool) -> None:

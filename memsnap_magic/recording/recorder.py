@@ -175,6 +175,7 @@ class Recorder:
         self._begun = set()  # a recorder used again: its marks start over
         self._told_thread = False
         backend.owner = self
+        thread, task = threading.current_thread(), current_task()  # read before recording: no traced calls after
         try:
             if self.steps is None:  # the one place a step number is picked
                 self._current = step
@@ -197,7 +198,7 @@ class Recorder:
                 self._quietly(backend.end, keep=False)
             raise
         self._backend = backend
-        self._thread, self._task = threading.current_thread(), current_task()
+        self._thread, self._task = thread, task
         STATE.active.append(self)
         steps.MARKED.set(self)
         return self
@@ -348,7 +349,10 @@ class Recorder:
         # itself where it builds them: there the moment a collection frees a tensor held in a
         # cycle is the moment it is freed, and the figures of a clear=false chain depend on it
         backend = self._backend
-        with no_gc() if backend is not None and not backend.host else contextlib.nullcontext():
+        if backend is not None and not backend.host:
+            with no_gc():
+                dump.take_and_hand_over(self, step, error, keep, cleared)
+        else:  # no context manager either: on the CPU route each call here is traced and read back
             dump.take_and_hand_over(self, step, error, keep, cleared)
 
 

@@ -134,7 +134,8 @@ def interval_from_digest(
     kernel recorded)."""
     meta: Meta = d["meta"]
     learn_cells(meta.cells)  # a summary's, or a worker's reading: its blocks' cells read as In[N] here
-    named = parse_path(path) if path is not None else PathInfo()
+    # a path's step, rank and tag stand in for the file's own where it lacks one
+    named = parse_path(path) if path is not None and None in (meta.step, meta.rank, meta.tag) else PathInfo()
     return Interval(
         step=_first(meta.step, named.step, position),
         rank=_first(meta.rank, named.rank, 0),

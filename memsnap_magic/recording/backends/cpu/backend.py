@@ -289,6 +289,8 @@ class CpuBackend(Backend):
             if self._profiler.running:
                 self._profiler.stop()
             self._open = False
+            # its window (a tuple per event of the ring) is freed with the session's results, after the cell
+            self._profiler.spent.append(self._history)
             self._history = History(0, {})
             self._live_start = {}
             self._namespace = None

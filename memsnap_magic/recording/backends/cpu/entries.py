@@ -14,6 +14,7 @@ from ....files.compact import Compact
 from ....files.layout import MARK_KEY
 
 _ACTION = itemgetter("action")
+_SIZE = itemgetter(2)
 
 
 def silent_frees(
@@ -98,6 +99,19 @@ def newest_entries(trace: list[dict[str, Any]], max_entries: int, segments: bool
         else:
             kept.cut_first = True
     return kept
+
+
+def wholly_dropped(window: deque[tuple[int, int, int]], after: int, max_entries: int, segments: bool) -> int:
+    """How many of the oldest ``window`` events (``(time_ns, ptr, signed size)``, each one block
+    entry) ``newest_entries`` drops with their whole group, where ``after`` frees follow them:
+    those need not be built. Its cut runs from the oldest group while the rest still overflows."""
+    if not window:
+        return 0
+    alloc_group, free_group = (2, 3) if segments else (1, 2)
+    groups = np.where(np.fromiter(map(_SIZE, window), np.int64, len(window)) > 0, alloc_group, free_group)
+    ends = np.cumsum(groups)
+    cut = int(ends[-1]) + free_group * after - max_entries
+    return int(np.searchsorted(ends, cut, side="right")) if cut > 0 else 0
 
 
 def no_frames(ptr: int, size: int, carried: bool) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, is_, not_
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ....core.devices import KINDS
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
@@ -64,7 +66,8 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
     from torch._C._profiler import _ExtraFields_Allocation
 
     found: list[Any] = []
-    times: list[int] = []
+    times: list[int] = []  # of the narrow levels read since the last wide one
+    stamps: list[Any] = []  # every allocation's time, in ``found``'s order: int64 arrays, no int objects kept
     ups: list[Any] = []
     level, up = roots, [None] * len(roots)
     while level:
@@ -82,22 +85,32 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
             fields = fields if fields is not None else list(map(_FIELDS, level))
         is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
         found += compress(fields, is_alloc)
-        times += map(_TIME, compress(nodes, is_alloc))
+        if times:
+            stamps.append(np.array(times, dtype=np.int64))
+            times.clear()
+        stamps.append(np.fromiter(map(_TIME, compress(nodes, is_alloc)), np.int64))
         ups += compress(parents, is_alloc)
         if all(instant):
             inner = list(compress(level, map(not_, is_alloc)))
-        else:  # the calls, and any instant that is not an allocation
-            allocs = iter(is_alloc)
-            inner = list(compress(level, [not (i and next(allocs)) for i in instant]))
+        else:  # the calls, and any instant that is not an allocation (few: set one by one)
+            below = list(map(not_, instant))
+            for i in compress(compress(range(len(level)), instant), map(not_, is_alloc)):
+                below[i] = True
+            inner = list(compress(level, below))
         kids = list(map(_CHILDREN, inner))
         level = list(chain.from_iterable(kids))
         up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
         fields = None
     held.append(found)
-    order = sorted(range(len(times)), key=times.__getitem__)
-    found, times, ups = [found[i] for i in order], [times[i] for i in order], [ups[i] for i in order]
+    stamps.append(np.array(times, dtype=np.int64))
+    # into time order, a chunk at a time (a stable sort: events of one time keep the tree's order)
+    every = np.concatenate(stamps)
+    order = np.argsort(every, kind="stable")
+    ordered = every[order]
+    del every, stamps
     for lo in range(0, len(found), _CHUNK):
-        yield None, found[lo : lo + _CHUNK], times[lo : lo + _CHUNK], ups[lo : lo + _CHUNK]
+        at = order[lo : lo + _CHUNK].tolist()
+        yield None, list(map(found.__getitem__, at)), ordered[lo : lo + _CHUNK].tolist(), list(map(ups.__getitem__, at))
 
 
 NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)

@@ -33,6 +33,8 @@ class Stacks:
 
     def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
         """Each allocation's stack, by address: what the blocks live at the end are given."""
+        if not sizes or max(sizes) < STACK_BYTES:  # a loop of small tensors: none gets a stack
+            return
         of, last = self.of, self.last
         for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes)):
             last[ptrs[i]] = (sizes[i], of(parents[i]))
@@ -40,10 +42,11 @@ class Stacks:
     def keep(self, first: int, sizes: list[int], parents: list[Any], window_start: int) -> None:
         """The stacks of the newest events (numbered from ``first``), for their trace entries."""
         of = self.of
-        self.window.extend(
-            (first + i, of(parents[i]))
-            for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
-        )
+        if sizes and max(sizes) >= STACK_BYTES:
+            self.window.extend(
+                (first + i, of(parents[i]))
+                for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
+            )
         while self.window and self.window[0][0] < window_start:
             self.window.popleft()
         self._memo, self._outer, self._user = {}, {}, {}  # node ids are only good while this session's tree lives

@@ -16,14 +16,14 @@ older reader; the tests compare them, with and without the tracer).
 from __future__ import annotations
 
 from collections import deque
-from itertools import chain, compress
+from itertools import chain, compress, islice
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from ....core.nogc import no_gc
 from ....files.compact import expand
 from ....files.layout import MARK_KEY
-from .entries import freed, newest_entries, no_frames, segment, silent_frees
+from .entries import freed, newest_entries, no_frames, segment, silent_frees, wholly_dropped
 from .events import columns, other_devices_may_allocate
 from .frames import Stacks
 
@@ -101,7 +101,13 @@ class History:
         to destroy), for whoever frees the session's results to free them too, later."""
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen or 0
-        tail: deque[tuple[Any, int]] = deque(maxlen=newest)  # (parent, size) of the newest events, for stacks
+        # The newest events' columns, each a ring: a tree of allocations alone gives its nodes,
+        # whose times are read once the session's last event is known, only for those in the window
+        tail_ptrs: deque[int] = deque(maxlen=newest)
+        tail_sizes: deque[int] = deque(maxlen=newest)
+        tail_times: deque[Any] = deque(maxlen=newest)  # times, or the nodes to read them from
+        tail_ups: deque[Any] = deque(maxlen=newest)  # the node each sits in, for stacks
+        read_times = False
         check_devices = other_devices_may_allocate()
         for nodes, fields, times, ups in columns(roots, self.stacks is not None, held if held is not None else []):
             sizes = list(map(_SIZE, fields))
@@ -115,16 +121,24 @@ class History:
             if self.stacks is not None and ups is not None:
                 self.stacks.note(ptrs, sizes, ups)
             run.fold(ptrs, sizes)
-            k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is read further
+            k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is kept further
             if k:
-                newer = times[-k:] if times is not None else map(_TIME, nodes[-k:])  # type: ignore[index]
-                self.window.extend(zip(newer, ptrs[-k:], sizes[-k:]))
-                if ups is not None:
-                    tail.extend(zip(ups[-k:], sizes[-k:]))
+                tail_ptrs.extend(ptrs[-k:])
+                tail_sizes.extend(sizes[-k:])
+                if times is None and (read_times or not tail_times):  # nodes, as long as every chunk gave them
+                    read_times = True
+                    tail_times.extend(nodes[-k:])  # type: ignore[index]
+                else:
+                    if read_times:  # a tree read by levels after chunks of allocations alone
+                        tail_times, read_times = deque(map(_TIME, tail_times), maxlen=newest), False
+                    tail_times.extend(times[-k:] if times is not None else map(_TIME, nodes[-k:]))  # type: ignore[index]
+                if self.stacks is not None and ups is not None:  # with the tracer every chunk has them
+                    tail_ups.extend(ups[-k:])
         self.tables.merge(run)
-        if self.stacks is not None and tail:
-            parents, sizes = (list(column) for column in zip(*tail))
-            self.stacks.keep(self.count - len(tail), sizes, parents, self.count - newest)
+        if tail_ptrs:
+            self.window.extend(zip(map(_TIME, tail_times) if read_times else tail_times, tail_ptrs, tail_sizes))
+        if self.stacks is not None and tail_ups:
+            self.stacks.keep(self.count - len(tail_ups), list(tail_sizes), list(tail_ups), self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
@@ -187,7 +201,9 @@ class History:
         # stamping pass cost a third of the build), a call per entry was half of it.
         m = MARK_KEY
         if not (before or known or stacks):  # the usual window: nothing to insert or correct
-            window = self.window
+            # the oldest events whose groups the ring drops whole (``newest_entries``) are not built
+            skip = wholly_dropped(self.window, len(pending), max_entries, segment_events)
+            window = islice(self.window, skip, None) if skip else self.window
             if mark is None:
                 trace = [
                     {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000}
@@ -212,8 +228,8 @@ class History:
             if self.stacks is not None:  # a start block's free carries the stack it was carried in with
                 for ptr, frames in self.stacks.start_frames.items():
                     index = t.first_index.get(ptr, -1)
-                    if frames and index >= window_start and t.first.get(ptr, 0) < 0:
-                        trace[index - window_start]["frames"] = frames
+                    if frames and index >= window_start + skip and t.first.get(ptr, 0) < 0:
+                        trace[index - window_start - skip]["frames"] = frames
         else:
             trace = []
             add = trace.append

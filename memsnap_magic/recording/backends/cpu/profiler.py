@@ -8,6 +8,7 @@ One ``_Profiler`` per process (``STATE.cpu_profiler``): its warm-up is paid once
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -128,11 +129,13 @@ class _Profiler:
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
         self._rss_at_start = resident_bytes()
+        # before the session: with the tracer on, each Python call until it stops is recorded and read back
+        thread, main = threading.get_ident(), threading.current_thread() is threading.main_thread()
         self._without_usdt(_prepare_profiler, config, self._activities)
         self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
         self.running = True
-        self._started_in, self.ended_by_thread = threading.get_ident(), False
-        if threading.current_thread() is not threading.main_thread() and not hasattr(_THREAD, "end"):
+        self._started_in, self.ended_by_thread = thread, False
+        if not main and not hasattr(_THREAD, "end"):
             _THREAD.end = _EndsWithThread(self)
 
     def stop(self) -> list[Any] | None:
@@ -279,6 +282,11 @@ def public_profiler_running() -> bool:
 _STATM: dict[int, int] = {}  # pid -> descriptor of its /proc/self/statm (a fork's child opens its own)
 
 
+@functools.cache
+def _page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
+
+
 def resident_bytes() -> int | None:
     """This process's resident memory (Linux ``/proc/self/statm``); None elsewhere. Read through a
     descriptor kept open: 2 µs, not the 20 µs of opening the file for each of a cell's four reads."""
@@ -290,6 +298,6 @@ def resident_bytes() -> int | None:
                 os.close(inherited)
             _STATM.clear()
             fd = _STATM[pid] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        return int(os.pread(fd, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(os.pread(fd, 256, 0).split()[1]) * _page_size()
     except (OSError, ValueError, IndexError, AttributeError):
         return None
