@@ -43,17 +43,25 @@ def train_step(step, leak=True):
 """
 
 
+def listed(shell, capsys) -> tuple[str, str, str]:
+    """``%memsnap list``'s text, and its findings of the runs ``leaky`` and ``fixed``."""
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", "list")
+    said = capsys.readouterr().out
+    return (
+        said,
+        said[said.index("findings (run leaky)") : said.index("findings (run fixed)")],
+        said[said.index("findings (run fixed)") :],
+    )
+
+
 def test_issue_41s_notebook_is_answered_as_a_senior_engineer_would(cpu, capsys):
     assert cpu.run_cell(MODEL).success
     for run, leak in (("leaky", True), ("fixed", False)):
         cpu.run_cell("history.clear()")
         for step in range(1, 9):
             assert cpu.run_cell(f"%%memsnap step={step} run={run}\ntrain_step({step}, leak={leak})").success
-    capsys.readouterr()
-    cpu.run_line_magic("memsnap", "list")
-    said = capsys.readouterr().out
-    leaky = said[said.index("findings (run leaky)") : said.index("findings (run fixed)")]
-    fixed = said[said.index("findings (run fixed)") :]
+    said, leaky, fixed = listed(cpu, capsys)
     assert re.search(r"leak: steps 3–8 each kept \+\d", leaky)
     assert "kept by `history` (list)" in leaky and "autograd graph" in leaky
     # the call that leaked (train_step's validation line), not the forward every step runs
@@ -98,11 +106,7 @@ def test_a_model_whose_code_we_did_not_write_leaking_and_fixed(cpu, capsys):
         for step in range(1, 7):
             b = 32 if step == 4 else 8
             assert cpu.run_cell(f"%%memsnap step={step} run={run}\ntrain(b={b}, keep_graph={keep})").success
-    capsys.readouterr()
-    cpu.run_line_magic("memsnap", "list")
-    said = capsys.readouterr().out
-    leaky = said[said.index("findings (run leaky)") : said.index("findings (run fixed)")]
-    fixed = said[said.index("findings (run fixed)") :]
+    _, leaky, fixed = listed(cpu, capsys)
     assert re.search(r"leak: steps 1–6 each kept \+\d", leaky)
     assert "kept by `val_losses` (list)" in leaky and "autograd graph" in leaky
     site = re.search(r"leak site: train \(cell In\[\d+\]:(\d+)\)", leaky)
