@@ -88,8 +88,8 @@ class MemsnapMagics(Magics):
         namespace, same exceptions and traceback), then the snapshot is written to
         ``{layout}`` (open it at pytorch.org/memory_viz), the
         history is cleared and recording stops. The snapshot is written even when the cell
-        raises or is interrupted, in the background (the next cell waits for it; wait=true
-        writes before the cell returns), with a small summary beside it that makes reading the
+        raises or is interrupted, in the background between cells (our readers wait for it;
+        wait=true writes before the cell returns), with a small summary beside it that makes reading the
         folder again fast. A one-line summary follows: peak, increase over the start,
         what the step kept, entries, the file (and what moved the start since the last step,
         when something did; comparisons between steps are in ``%memsnap list`` and the dashboard).

@@ -127,7 +127,8 @@ class Options:
         False,
         Boolean(),
         "true: the snapshot file is written before the cell (or Recorder block) returns. Default: "
-        "written in the background; the next cell, %memsnap commands and exit wait for it.",
+        "written in the background between cells; the next %%memsnap cell, %memsnap commands, "
+        "the loaders and exit wait for it (your own code that opens it: wait_for_writes() first).",
         "wait=true",
     )
     clear: bool = _option(
