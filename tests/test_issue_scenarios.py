@@ -8,6 +8,7 @@ and step 6 spikes in both runs."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,13 @@ def train_step(step, leak=True):
 """
 
 
-def listed(shell, capsys) -> tuple[str, str, str]:
-    """``%memsnap list``'s text, and its findings of the runs ``leaky`` and ``fixed``."""
+def both_runs(shell, capsys, clear: str, steps: int, body: Callable[[int, bool], str]) -> tuple[str, str, str]:
+    """Record steps 1..``steps`` as run ``leaky`` then run ``fixed`` (``clear`` run before each;
+    ``body(step, leaking)`` each step's cell); ``%memsnap list``'s text, and its findings of each run."""
+    for run, leaking in (("leaky", True), ("fixed", False)):
+        shell.run_cell(clear)
+        for step in range(1, steps + 1):
+            assert shell.run_cell(f"%%memsnap step={step} run={run}\n{body(step, leaking)}").success
     capsys.readouterr()
     shell.run_line_magic("memsnap", "list")
     said = capsys.readouterr().out
@@ -55,18 +61,21 @@ def listed(shell, capsys) -> tuple[str, str, str]:
     )
 
 
+def line_of(source: str, site: re.Match[str]) -> str:
+    """The line of ``source`` (a cell's code) that a site's ``In[N]:LINE`` (group 1) names."""
+    return source.strip("\n").splitlines()[int(site.group(1)) - 1].strip()
+
+
 def test_issue_41s_notebook_is_answered_as_a_senior_engineer_would(cpu, capsys):
     assert cpu.run_cell(MODEL).success
-    for run, leak in (("leaky", True), ("fixed", False)):
-        cpu.run_cell("history.clear()")
-        for step in range(1, 9):
-            assert cpu.run_cell(f"%%memsnap step={step} run={run}\ntrain_step({step}, leak={leak})").success
-    said, leaky, fixed = listed(cpu, capsys)
+    said, leaky, fixed = both_runs(
+        cpu, capsys, "history.clear()", 8, lambda step, leak: f"train_step({step}, leak={leak})"
+    )
     assert re.search(r"leak: steps 3–8 each kept \+\d", leaky)
     assert "kept by `history` (list)" in leaky and "autograd graph" in leaky
     # the call that leaked (train_step's validation line), not the forward every step runs
     site = re.search(r"leak site: train_step \(cell In\[\d+\]:(\d+)\) → forward", leaky)
-    assert site and MODEL.strip("\n").splitlines()[int(site.group(1)) - 1].strip().startswith("val =")
+    assert site and line_of(MODEL, site).startswith("val =")
     assert "do: keep `loss.item()`" in leaky
     spike = "spike: step 6 held +96.0 MiB only for a while"
     assert spike in leaky and spike in fixed and "leak" not in fixed.replace("run fixed", "")
@@ -101,16 +110,14 @@ def test_a_model_whose_code_we_did_not_write_leaking_and_fixed(cpu, capsys):
     and a 4x batch at step 4, then the same run fixed. Nothing was tuned to it."""
     pytest.importorskip("transformers", reason="the [transformers] extra is not installed")
     assert cpu.run_cell(GPT2).success
-    for run, keep in (("leaky", True), ("fixed", False)):
-        cpu.run_cell("val_losses.clear()")
-        for step in range(1, 7):
-            b = 32 if step == 4 else 8
-            assert cpu.run_cell(f"%%memsnap step={step} run={run}\ntrain(b={b}, keep_graph={keep})").success
-    _, leaky, fixed = listed(cpu, capsys)
+    batch = {4: 32}  # a 4x batch at step 4, 8 elsewhere
+    _, leaky, fixed = both_runs(
+        cpu, capsys, "val_losses.clear()", 6, lambda step, leak: f"train(b={batch.get(step, 8)}, keep_graph={leak})"
+    )
     assert re.search(r"leak: steps 1–6 each kept \+\d", leaky)
     assert "kept by `val_losses` (list)" in leaky and "autograd graph" in leaky
     site = re.search(r"leak site: train \(cell In\[\d+\]:(\d+)\)", leaky)
-    assert site and GPT2.strip("\n").splitlines()[int(site.group(1)) - 1].strip().startswith("val =")
+    assert site and line_of(GPT2, site).startswith("val =")
     assert "do: keep `loss.item()`" in leaky
     assert re.search(r"spike: step 4 held \+[\d.]+ MiB only for a while", leaky)
     assert re.search(r"spike: step 4 held \+[\d.]+ MiB only for a while", fixed) and "leak" not in fixed.replace(

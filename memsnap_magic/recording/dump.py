@@ -97,7 +97,7 @@ def take_and_hand_over(rec: Recorder, step: int, error: BaseException | None, ke
     if now:  # written before it joins the session: its record says how that went
         written = _write_now(write)
         if iv is not None:
-            iv = replace(iv, path=path if written.file_bytes is not None else None, file_bytes=written.file_bytes)
+            iv = replace(iv, path=written.where(path), file_bytes=written.file_bytes)
     if iv is not None:
         iv = _join_session(rec, iv, record, cleared)
     if not now and iv is not None:  # after what the user waits for: the figures, the report
@@ -218,8 +218,7 @@ def _write_in_background(write: Callable[[], Written], rec: Recorder, iv: Interv
 
 def _apply_written(session: Session, joined: dict[int, Interval], iv: Interval, written: Written) -> None:
     """The outcome of ``iv``'s write, into the session's record of it and the block's (``joined``)."""
-    path = iv.path if written.file_bytes is not None else None
-    record = session.written(iv, path, written.file_bytes)
+    record = session.written(iv, written.where(iv.path), written.file_bytes)
     joined[record.origin] = record
 
 
@@ -249,6 +248,10 @@ class Written(NamedTuple):
 
     file_bytes: int | None
     message: str | None
+
+    def where(self, path: Path | None) -> Path | None:
+        """The step's path where its file was written; None where it was not."""
+        return path if self.file_bytes is not None else None
 
 
 def write_files(
