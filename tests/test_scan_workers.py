@@ -133,6 +133,53 @@ def test_ctrl_c_during_a_cold_scan_stops_at_once_and_keeps_what_was_read(tmp_pat
     assert not list(cache.rglob("*.tmp*"))
 
 
+_HALF_A_RESULT = """
+import multiprocessing, os, struct, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from memsnap_magic.results.scan import _stop_now
+
+def half_a_result(marker):
+    # what a worker stopped in the middle of sending its result leaves: a message's length and
+    # the start of it, in the pool's result pipe
+    results = multiprocessing.current_process()._args[1]
+    os.write(results._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    open(marker, "w").close()
+    time.sleep(300)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(sys.argv[2]))
+    pool.submit(half_a_result, sys.argv[1])
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.02)
+    _stop_now(pool)
+    print("stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_worker_stopped_while_sending_its_result_does_not_hang_the_exit(tmp_path, method):
+    """The pool's thread was left reading half a message (CI saw `memsnap summarize` print
+    "interrupted" and never exit): after the stop, the process ends."""
+    script = tmp_path / "stop.py"
+    script.write_text(_HALF_A_RESULT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "sending"), method],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running 60 s after the stop; printed {out!r}")
+    assert (proc.returncode, out) == (0, "stopped\n"), err
+
+
 def test_interrupting_memsnap_load_leaves_the_session_as_it_was(shell, tmp_path, monkeypatch):
     _step_files(tmp_path / "run", 3, 50)
     assert shell.run_cell("%%memsnap step=1 device=cpu\nx = 1").success

@@ -178,13 +178,28 @@ def _digests(files: list[Path], jobs: int, bar: Any) -> Iterator[tuple[int, dict
 def _stop_now(pool: Any) -> None:
     """Drop the queued files and end the workers at once: leaving the pool normally waits for
     every file already handed to it. A worker stopped mid-file leaves no summary (this process
-    writes them, atomically)."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor has no public way
+    writes them, atomically).
+
+    A worker stopped while it sent its result leaves half a message in the pipe, which the
+    pool's own thread then waits for forever, and the interpreter's exit waits for that thread:
+    once the workers are gone this process closes its end of the pipe, so the thread reads the
+    end instead. The executor has no public way to any of this."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         process.terminate()
     for process in workers:
         process.join(timeout=1)
+    if manager is None or results is None:
+        return
+    manager.join(timeout=1)
+    if manager.is_alive():
+        writer = getattr(results, "_writer", None)
+        if writer is not None:
+            writer.close()
+        manager.join(timeout=5)
 
 
 def _worker_start(cells: dict[str, int], environ: dict[str, str]) -> None:
