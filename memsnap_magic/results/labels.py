@@ -109,7 +109,8 @@ def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Role
     the wall clock, the trace's times converted from another clock, and a calibration or a step of
     the wall clock between the two can shift one against the other by more than the ~100 µs
     between a gradient's birth and the optimizer's step. A block live before the interval (a free
-    with no allocation) is a lifetime too, so a role it held is never moved onto its successor."""
+    with no allocation) is a lifetime too, so a role it held is never moved onto its successor;
+    nor is a role seen before the trace's first entry (the ring may have dropped its block)."""
     if not wanted:
         return {}
     # addr -> lifetimes (born, freed, size, trace index of the allocation or -1: live before)
@@ -140,13 +141,16 @@ def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Role
         for _born, freed, size, index in spans:
             if index >= 0 and freed == math.inf and (role := _role(roles.end, addr, size)) is not None:
                 found[index] = role
+    # before the trace's first entry the ring may have dropped the block seen: no nearest one then
+    kept_from = trace[0].get("time_us", -1) if trace else -1
     for t, seen in roles.timed:
         for addr, (nbytes, role) in seen.items():
             spans = [s for s in lives.get(addr, ()) if s[2] == nbytes]
             if not spans:
                 continue
             born, freed, _, index = min(spans, key=lambda s: max(s[0] - t, t - s[1], 0))
-            if index >= 0 and index not in found and max(born - t, t - freed) <= CLOCK_SLACK_US:
+            near = born <= t <= freed or (t >= kept_from and max(born - t, t - freed) <= CLOCK_SLACK_US)
+            if index >= 0 and index not in found and near:
                 found[index] = role
     return found
 
