@@ -10,7 +10,6 @@ categories but no ``unknown`` (a typo in its legend code), so one is always ther
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,6 @@ class Roles:
 
 _FREES = ("free_requested", "free_completed", "free")
 OTHER_NAMES = 16  # names beyond ORDER a file's categories are summed under
-CLOCK_SLACK_US = 5_000  # how far a role's moment may lie outside the lifetime of the block it names
 
 
 def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], roles: Roles, end_us: int) -> None:
@@ -102,56 +100,29 @@ def _role(storages: Storages, addr: Any, size: Any) -> str | None:
 
 
 def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) -> dict[int, str]:
-    """Trace index of each allocation a role was seen in while it was alive -> that role.
-
-    A role seen at a moment goes to the block of its address and size alive then; where none was
-    (by the trace's times), to the nearest one within ``CLOCK_SLACK_US``: the moments are read on
-    the wall clock, the trace's times converted from another clock, and a calibration or a step of
-    the wall clock between the two can shift one against the other by more than the ~100 µs
-    between a gradient's birth and the optimizer's step. A block live before the interval (a free
-    with no allocation) is a lifetime too, so a role it held is never moved onto its successor;
-    nor is a role seen before the trace's first entry (the ring may have dropped its block)."""
+    """Trace index of each allocation a role was seen in while it was alive -> that role."""
     if not wanted:
         return {}
-    # addr -> lifetimes (born, freed, size, trace index of the allocation or -1: live before)
-    lives: dict[int, list[tuple[float, float, Any, int]]] = defaultdict(list)
-    opened: dict[int, tuple[float, Any, int]] = {}
-    requested: set[int] = set()  # freed by a free_requested, its free_completed still to come
+    events: dict[int, list[tuple[int, Any, Any, Any]]] = defaultdict(list)  # addr -> (index, action, size, t)
     addr: Any  # as in label
     for i, e in enumerate(trace):
         addr = e.get("addr")
-        if addr not in wanted:
-            continue
-        action = e.get("action")
-        if action == "alloc":
-            opened[addr] = (e.get("time_us", -1), e.get("size"), i)
-            requested.discard(addr)
-        elif action in _FREES:
-            if addr in requested:  # the completion of a free already counted
-                requested.discard(addr)
-                continue
-            if action == "free_requested":
-                requested.add(addr)
-            born, size, index = opened.pop(addr, (-math.inf, e.get("size"), -1))
-            lives[addr].append((born, e.get("time_us", -1), size, index))
-    for addr, (born, size, index) in opened.items():  # alive at the end
-        lives[addr].append((born, math.inf, size, index))
+        if addr in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):
+            events[addr].append((i, e["action"], e.get("size"), e.get("time_us", -1)))
     found: dict[int, str] = {}
-    for addr, spans in lives.items():
-        for _born, freed, size, index in spans:
-            if index >= 0 and freed == math.inf and (role := _role(roles.end, addr, size)) is not None:
-                found[index] = role
-    # before the trace's first entry the ring may have dropped the block seen: no nearest one then
-    kept_from = trace[0].get("time_us", -1) if trace else -1
-    for t, seen in roles.timed:
-        for addr, (nbytes, role) in seen.items():
-            spans = [s for s in lives.get(addr, ()) if s[2] == nbytes]
-            if not spans:
+    for addr, seq in events.items():
+        for n, (i, action, size, born) in enumerate(seq):
+            if action != "alloc":
                 continue
-            born, freed, _, index = min(spans, key=lambda s: max(s[0] - t, t - s[1], 0))
-            near = born <= t <= freed or (t >= kept_from and max(born - t, t - freed) <= CLOCK_SLACK_US)
-            if index >= 0 and index not in found and near:
-                found[index] = role
+            freed = next((t for _, a, _, t in seq[n + 1 :] if a != "alloc"), None)
+            role = None
+            if freed is None:
+                role = _role(roles.end, addr, size)
+            for t, seen in roles.timed:
+                if role is None and born <= t and (freed is None or t <= freed):
+                    role = _role(seen, addr, size)
+            if role is not None:
+                found[i] = role
     return found
 
 
