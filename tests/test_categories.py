@@ -4,6 +4,7 @@ known answers on the CPU, in the dump the way memory_viz reads it."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections import Counter
 from dataclasses import replace
 
@@ -13,14 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memory_viz import colours, legend, replay
 
-from memsnap_magic import Recorder, session, wait_for_writes
+from memsnap_magic import Recorder, mark, session, wait_for_writes
 from memsnap_magic.files.snapshot import load_snapshot
 from memsnap_magic.results.labels import Roles, label, totals
 
 
 def _mlp():
-    # an earlier test's model and optimizer, garbage in reference cycles, would otherwise be freed
-    # by a collection inside a recorded step: blocks live at its start, in its peak as "other"
+    # garbage an earlier test left in reference cycles would be freed by a collection inside a
+    # recorded step: blocks live at its start, its peak there as "other" (our own cycle did that,
+    # test_a_finished_recording_keeps_nothing_of_the_users_alive; others' may still)
     gc.collect()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
@@ -158,6 +160,57 @@ def test_the_watch_keeps_no_model_or_optimizer_alive(shell):
     assert shell.user_ns["gone"] is True
     (iv,) = session().intervals
     assert iv.kept == -shell.user_ns["size"] and not iv.by_category
+
+
+@pytest.mark.parametrize("how", ["block", "named", "steps", "raises", "clear=false"])
+def test_a_finished_recording_keeps_nothing_of_the_users_alive(tmp_path, how):
+    """What a block's namespace (or its model= and optimizer=, as the integrations pass them)
+    held is freed the moment the user lets go of it, as without us: no reference of ours to it,
+    and no cycle of ours that waits for the collector (the device's state outlived the block
+    holding its recorder, and with it the namespace, until the next recording)."""
+
+    def train() -> list[weakref.ref]:
+        model, opt, x, y = _mlp()
+        ns = {"model": model, "opt": opt, "x": x, "y": y}
+
+        def step() -> None:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+
+        if how == "block":
+            with Recorder(device="cpu", out=tmp_path, step=1, namespace=ns):
+                step()
+        elif how == "named":
+            with Recorder(device="cpu", out=tmp_path, step=1, model=model, optimizer=opt, namespace={}):
+                step()
+        elif how == "steps":
+            with Recorder(device="cpu", out=tmp_path, steps=[2, 3], namespace=ns):
+                for n in (1, 2, 3):
+                    mark(n)
+                    step()
+        elif how == "raises":
+            with pytest.raises(RuntimeError), Recorder(device="cpu", out=tmp_path, step=1, namespace=ns):
+                step()
+                raise RuntimeError("the user's")
+        else:
+            for n in (1, 2):
+                with Recorder(device="cpu", out=tmp_path, step=n, namespace=ns, clear=n == 2):
+                    step()
+        return [weakref.ref(o) for o in (model, opt, x)]
+
+    _mlp()  # a process's first optimizer imports torch modules: frames kept from that are not ours
+    gc.collect()
+    gc.disable()
+    try:
+        refs = train()
+        wait_for_writes()
+        alive = [r() is not None for r in refs]
+    finally:
+        gc.enable()
+    assert alive == [False, False, False]
+    (iv, *more) = session().intervals
+    assert len(more) == (1 if how in ("steps", "clear=false") else 0) and iv.by_category["parameter"] > 0
 
 
 def test_a_model_and_optimizer_made_or_replaced_in_the_cell_are_labelled(shell):

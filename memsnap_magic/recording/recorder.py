@@ -196,6 +196,8 @@ class Recorder:
                 self._watch = None
             if backend.recording:
                 self._quietly(backend.end, keep=False)
+            if not backend.recording:
+                backend.owner = None
             raise
         self._backend = backend
         self._thread, self._task = thread, task
@@ -264,6 +266,7 @@ class Recorder:
                     record.chain = self.options.run or ""
                 else:
                     record.end_chain()
+                    backend.owner = None  # the device outlives the block: it keeps nothing of the user's alive
 
     def __enter__(self) -> Recorder:
         return self._enter()
