@@ -213,6 +213,34 @@ def test_a_finished_recording_keeps_nothing_of_the_users_alive(tmp_path, how):
     assert len(more) == (1 if how in ("steps", "clear=false") else 0) and iv.by_category["parameter"] > 0
 
 
+def test_a_recording_given_up_with_its_thread_keeps_nothing_of_the_users_alive(tmp_path):
+    """A block whose thread ended before it stopped is given up; its namespace goes with it."""
+    import threading
+
+    from memsnap_magic.recording.process_state import STATE
+
+    refs: list[weakref.ref] = []
+
+    def started_and_left() -> None:
+        model, opt, x, _ = _mlp()
+        refs.extend(weakref.ref(o) for o in (model, opt, x))
+        Recorder(device="cpu", out=tmp_path, step=1, namespace={"model": model, "opt": opt, "x": x}).start()
+
+    _mlp()  # as above: the process's first optimizer is made before counting
+    gc.collect()
+    gc.disable()
+    try:
+        thread = threading.Thread(target=started_and_left)
+        thread.start()
+        thread.join()
+        with pytest.warns(RuntimeWarning, match="has ended"):
+            assert STATE.give_up_orphaned() == ["cpu"]
+        alive = [r() is not None for r in refs]
+    finally:
+        gc.enable()
+    assert alive == [False, False, False]
+
+
 def test_a_model_and_optimizer_made_or_replaced_in_the_cell_are_labelled(shell):
     shell.run_cell(
         "import torch\ndef fresh():\n    m = torch.nn.Linear(256, 256)\n"

@@ -44,8 +44,11 @@ class Device:
     chain_steps: ChainSteps | None = None  # the steps that history holds so far
 
     def end_chain(self) -> None:
-        """The clear=false history recorded here ended: the next interval starts afresh."""
+        """The recording here ended (and any clear=false history with it): the next interval
+        starts afresh, and the device, which outlives the block, keeps no recorder alive (nor
+        the namespace it was given)."""
         self.chain = self.chain_steps = None
+        self.backend.owner = None
 
 
 _MAKING = threading.Lock()

@@ -266,7 +266,6 @@ class Recorder:
                     record.chain = self.options.run or ""
                 else:
                     record.end_chain()
-                    backend.owner = None  # the device outlives the block: it keeps nothing of the user's alive
 
     def __enter__(self) -> Recorder:
         return self._enter()
