@@ -5,6 +5,7 @@ goes, the ring's newest entries (with the groups that hold them), and one segmen
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Iterator
 from operator import countOf, itemgetter
 from typing import Any
 
@@ -14,11 +15,36 @@ from ....files.compact import Compact
 from ....files.layout import MARK_KEY
 
 _ACTION = itemgetter("action")
-_SIZE = itemgetter(2)
+
+
+class Window:
+    """The newest events of an interval, as three rings of one length: times (ns on the
+    profiler's clock), addresses and signed sizes (> 0: an allocation). Columns, not a tuple per
+    event: the entries are built from them once, and a tuple each cost as much again."""
+
+    def __init__(self, maxlen: int, old: Window | None = None) -> None:
+        self.times: deque[int] = deque(old.times if old else (), maxlen)
+        self.ptrs: deque[int] = deque(old.ptrs if old else (), maxlen)
+        self.sizes: deque[int] = deque(old.sizes if old else (), maxlen)
+
+    @property
+    def maxlen(self) -> int:
+        return self.ptrs.maxlen or 0
+
+    def __len__(self) -> int:
+        return len(self.ptrs)
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        return zip(self.times, self.ptrs, self.sizes)
+
+    def extend(self, times: Iterable[int], ptrs: Iterable[int], sizes: Iterable[int]) -> None:
+        self.times.extend(times)
+        self.ptrs.extend(ptrs)
+        self.sizes.extend(sizes)
 
 
 def silent_frees(
-    blocks: dict[int, int], window: deque[tuple[int, int, int]], window_start: int, died: dict[int, int]
+    blocks: dict[int, int], window: Window, window_start: int, died: dict[int, int]
 ) -> tuple[dict[int, list[tuple[int, int, int]]], set[int]]:
     """Where the unreported free of each of ``blocks`` (live before the interval, allocated while
     nothing recorded) goes: ``{event index: [(address, bytes, time_us), ...]}``, each placed just
@@ -28,10 +54,11 @@ def silent_frees(
     storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
     if not blocks:
         return {}, set()
-    events = np.array(window, dtype=np.int64).reshape(-1, 3) if window else np.zeros((0, 3), np.int64)
-    times = events[:, 0]
-    allocs = np.flatnonzero(events[:, 2] > 0)
-    q, m = events[allocs, 1], events[allocs, 2]
+    n = len(window)
+    times = np.fromiter(window.times, np.int64, n)
+    sizes = np.fromiter(window.sizes, np.int64, n)
+    allocs = np.flatnonzero(sizes > 0)
+    q, m = np.fromiter(window.ptrs, np.int64, n)[allocs], sizes[allocs]
     ptrs = sorted(blocks)
     starts = np.array(ptrs, dtype=np.int64)
     ends = starts + np.array([blocks[p] for p in ptrs], dtype=np.int64)
@@ -49,7 +76,7 @@ def silent_frees(
     before_window: set[int] = set()
     for i, ptr in enumerate(ptrs):
         reused = int(first[i])
-        at, t_ns = (reused, int(times[reused])) if reused != never else (len(events), None)
+        at, t_ns = (reused, int(times[reused])) if reused != never else (n, None)
         death = died.get(ptr)
         if death is not None:
             index = int(np.searchsorted(times, death, side="right"))
@@ -101,14 +128,14 @@ def newest_entries(trace: list[dict[str, Any]], max_entries: int, segments: bool
     return kept
 
 
-def wholly_dropped(window: deque[tuple[int, int, int]], after: int, max_entries: int, segments: bool) -> int:
-    """How many of the oldest ``window`` events (``(time_ns, ptr, signed size)``, each one block
+def wholly_dropped(window: Window, after: int, max_entries: int, segments: bool) -> int:
+    """How many of the oldest ``window`` events (each one block
     entry) ``newest_entries`` drops with their whole group, where ``after`` frees follow them:
     those need not be built. Its cut runs from the oldest group while the rest still overflows."""
     if not window:
         return 0
     alloc_group, free_group = (2, 3) if segments else (1, 2)
-    groups = np.where(np.fromiter(map(_SIZE, window), np.int64, len(window)) > 0, alloc_group, free_group)
+    groups = np.where(np.fromiter(window.sizes, np.int64, len(window)) > 0, alloc_group, free_group)
     ends = np.cumsum(groups)
     cut = int(ends[-1]) + free_group * after - max_entries
     return int(np.searchsorted(ends, cut, side="right")) if cut > 0 else 0

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ....core.devices import KINDS
+from .frames import STACK_BYTES
 
-if TYPE_CHECKING:  # one chunk of events: (nodes, fields, times, parents)
-    Columns = tuple[list[Any] | None, list[Any], list[int] | None, list[Any] | None]
+if TYPE_CHECKING:  # one chunk of events: (nodes, fields, sizes, times, made)
+    Columns = tuple[list[Any] | None, list[Any], list[int], list[int] | None, list[Any] | None]
 
 _FIELDS, _TIME, _CHILDREN = attrgetter("extra_fields"), attrgetter("start_time_ns"), attrgetter("children")
+_SIZE = attrgetter("alloc_size")
 _DURATION = attrgetter("duration_time_ns")
 _INSTANTS = [True]  # allocations report no duration (checked once per process: see ``check_instants``)
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
@@ -38,10 +40,12 @@ def other_devices_may_allocate() -> bool:
 
 def columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns]:
     """The CPU allocation events of a session's tree in time order, a chunk at a time:
-    ``(nodes, fields, times, parents)``. A tree of allocations alone (no tracer, no user scope:
-    its roots are the events) is read a chunk at a time, each event's time only if it is among
-    the newest (``nodes``); any other tree by levels (``times``, ``parents``), whose lists of
-    fields and nodes read join ``held`` (they live together anyway; a chunk's are let go with it)."""
+    ``(nodes, fields, sizes, times, made)``. A tree of allocations alone (no tracer, no user
+    scope: its roots are the events) is read a chunk at a time, each event's time only if it is
+    among the newest (``nodes``); any other tree by levels (``times``; ``made``: each event's
+    node, whose parent is the call it was made in, given only to a chunk holding an allocation
+    large enough for a stack), whose lists of fields and nodes read join ``held`` (they live
+    together anyway; a chunk's are let go with it)."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     if tracer:
@@ -54,42 +58,44 @@ def columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns
             # Everything in the chunks read so far happened before this chunk's first root began.
             yield from _by_levels(roots[lo:], held, fields if len(nodes) == len(roots) - lo else None)
             return
-        yield nodes, fields, None, None
+        yield nodes, fields, list(map(_SIZE, fields)), None, None
 
 
 def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = None) -> Iterator[Columns]:
-    """The allocation events of a tree whose roots are not all allocations, in time order, and
-    the node each sits in (a Python call, a C function called from Python, a user scope; None at
-    the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
+    """The allocation events of a tree whose roots are not all allocations, in time order, with
+    their nodes (each sits in a Python call, a C function called from Python, a user scope, or
+    at the top). Read a level at a time with C-level passes (a tiny-op loop has one node per op).
     An allocation is an instant, so only nodes of zero duration have their fields read (a call's
-    fields cost three times its duration to read), each once (``fields``: the roots', if read)."""
+    fields cost three times its duration to read), each once (``fields``: the roots', if read).
+    Which call an event sits in is its node's parent, asked only of those that get a stack."""
     from torch._C._profiler import _ExtraFields_Allocation
 
     found: list[Any] = []
     times: list[int] = []  # of the narrow levels read since the last wide one
     stamps: list[Any] = []  # every allocation's time, in ``found``'s order: int64 arrays, no int objects kept
-    ups: list[Any] = []
-    level, up = roots, [None] * len(roots)
+    made: list[Any] = []  # every allocation's node, in ``found``'s order
+    level = roots
     while level:
         held.append(level)
         if len(level) < NARROW:  # a C-level pass costs a fixed ~0.3 µs: a loop is cheaper on a few nodes
-            level, up = _narrow_level(level, up, fields, found, times, ups, _ExtraFields_Allocation)
+            level = _narrow_level(level, fields, found, times, made, _ExtraFields_Allocation)
             fields = None
             continue
         if fields is None and _INSTANTS[0]:
             instant = list(map(not_, map(_DURATION, level)))
-            nodes, parents = list(compress(level, instant)), list(compress(up, instant))
+            nodes = list(compress(level, instant))
             fields = list(map(_FIELDS, nodes))
         else:
-            instant, nodes, parents = [True] * len(level), level, up
+            instant, nodes = [True] * len(level), level
             fields = fields if fields is not None else list(map(_FIELDS, level))
         is_alloc = list(map(is_, map(type, fields), repeat(_ExtraFields_Allocation)))
         found += compress(fields, is_alloc)
         if times:
             stamps.append(np.array(times, dtype=np.int64))
             times.clear()
-        stamps.append(np.fromiter(map(_TIME, compress(nodes, is_alloc)), np.int64))
-        ups += compress(parents, is_alloc)
+        allocations = list(compress(nodes, is_alloc))
+        stamps.append(np.fromiter(map(_TIME, allocations), np.int64, len(allocations)))
+        made += allocations
         if all(instant):
             inner = list(compress(level, map(not_, is_alloc)))
         else:  # the calls, and any instant that is not an allocation (few: set one by one)
@@ -97,9 +103,7 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
             for i in compress(compress(range(len(level)), instant), map(not_, is_alloc)):
                 below[i] = True
             inner = list(compress(level, below))
-        kids = list(map(_CHILDREN, inner))
-        level = list(chain.from_iterable(kids))
-        up = list(chain.from_iterable(map(repeat, inner, map(len, kids))))
+        level = list(chain.from_iterable(map(_CHILDREN, inner)))
         fields = None
     held.append(found)
     stamps.append(np.array(times, dtype=np.int64))
@@ -110,7 +114,10 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
     del every, stamps
     for lo in range(0, len(found), _CHUNK):
         at = order[lo : lo + _CHUNK].tolist()
-        yield None, list(map(found.__getitem__, at)), ordered[lo : lo + _CHUNK].tolist(), list(map(ups.__getitem__, at))
+        chunk = list(map(found.__getitem__, at))
+        sizes = list(map(_SIZE, chunk))
+        stacked = list(map(made.__getitem__, at)) if sizes and max(sizes) >= STACK_BYTES else None
+        yield None, chunk, sizes, ordered[lo : lo + _CHUNK].tolist(), stacked
 
 
 NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)
@@ -118,18 +125,16 @@ NARROW = 32  # nodes in a level below which it is read by a loop (small cells' t
 
 def _narrow_level(
     level: list[Any],
-    up: list[Any],
     fields: list[Any] | None,
     found: list[Any],
     times: list[int],
-    ups: list[Any],
+    made: list[Any],
     allocation: type,
-) -> tuple[list[Any], list[Any]]:
+) -> list[Any]:
     """``_by_levels``' pass over one level, node by node: the allocations (fields of type
-    ``allocation``) join ``found``, ``times`` and ``ups``; the next level and its parents are returned."""
+    ``allocation``) join ``found``, ``times`` and ``made``; the next level is returned."""
     instants = fields is None and _INSTANTS[0]
     below: list[Any] = []
-    parents: list[Any] = []
     for i, node in enumerate(level):
         if fields is not None:
             kind = fields[i]
@@ -140,12 +145,10 @@ def _narrow_level(
         if type(kind) is allocation:
             found.append(kind)
             times.append(node.start_time_ns)
-            ups.append(up[i])
+            made.append(node)
         else:
-            kids = node.children
-            below += kids
-            parents += [node] * len(kids)
-    return below, parents
+            below += node.children
+    return below
 
 
 def check_instants(roots: list[Any]) -> None:

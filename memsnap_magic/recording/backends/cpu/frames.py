@@ -31,20 +31,22 @@ class Stacks:
         self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
         self._user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the same, up to the user's outermost
 
-    def note(self, ptrs: list[int], sizes: list[int], parents: list[Any]) -> None:
-        """Each allocation's stack, by address: what the blocks live at the end are given."""
+    def note(self, ptrs: list[int], sizes: list[int], made: list[Any]) -> None:
+        """Each allocation's stack, by address: what the blocks live at the end are given.
+        ``made``: each allocation's node in the tracer's tree (its parent: the call it sits in)."""
         if not sizes or max(sizes) < STACK_BYTES:  # a loop of small tensors: none gets a stack
             return
         of, last = self.of, self.last
         for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes)):
-            last[ptrs[i]] = (sizes[i], of(parents[i]))
+            last[ptrs[i]] = (sizes[i], of(made[i].parent))
 
-    def keep(self, first: int, sizes: list[int], parents: list[Any], window_start: int) -> None:
-        """The stacks of the newest events (numbered from ``first``), for their trace entries."""
+    def keep(self, first: int, sizes: list[int], made: list[Any], window_start: int) -> None:
+        """The stacks of the newest events (numbered from ``first``), for their trace entries
+        (``made``: as ``note``'s, None where the allocation is too small for a stack)."""
         of = self.of
         if sizes and max(sizes) >= STACK_BYTES:
             self.window.extend(
-                (first + i, of(parents[i]))
+                (first + i, of(made[i].parent))
                 for i in compress(range(len(sizes)), map(int.__le__, repeat(STACK_BYTES), sizes))
             )
         while self.window and self.window[0][0] < window_start:

@@ -16,23 +16,18 @@ older reader; the tests compare them, with and without the tracer).
 from __future__ import annotations
 
 from collections import deque
-from itertools import chain, compress, islice
+from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from ....core.nogc import no_gc
 from ....files.compact import expand
 from ....files.layout import MARK_KEY
-from .entries import freed, newest_entries, no_frames, segment, silent_frees, wholly_dropped
+from .entries import Window, freed, newest_entries, no_frames, segment, silent_frees, wholly_dropped
 from .events import columns, other_devices_may_allocate
 from .frames import Stacks
 
-_PTR, _SIZE, _TIME, _DEVICE = (
-    attrgetter("ptr"),
-    attrgetter("alloc_size"),
-    attrgetter("start_time_ns"),
-    attrgetter("device"),
-)
+_PTR, _TIME, _DEVICE = attrgetter("ptr"), attrgetter("start_time_ns"), attrgetter("device")
 _ACTION = itemgetter("action")
 
 
@@ -80,7 +75,7 @@ class History:
     ) -> None:
         self.live_start = live_start
         self.tables = _Tables(set(live_start))
-        self.window: deque[tuple[int, int, int]] = deque(maxlen=newest)  # (time_ns, ptr, size), newest
+        self.window = Window(newest)
         # With the profiler's Python tracer on: each allocation's stack (see ``frames.Stacks``).
         self.stacks = Stacks(start_frames or {}) if frames else None
         self.freed_unseen = 0  # bytes of start blocks the last snapshot could only free at its end
@@ -92,7 +87,7 @@ class History:
     def keep_newest(self, newest: int) -> None:
         """Keep the newest ``newest`` events in full from now on (a chain's cell asked for another size)."""
         if newest != self.window.maxlen:
-            self.window = deque(self.window, maxlen=newest)
+            self.window = Window(newest, self.window)
 
     @no_gc()
     def add(self, roots: list[Any], held: list[Any] | None = None) -> None:
@@ -100,26 +95,26 @@ class History:
         ``held`` receives the lists of PyTorch's Python objects that reading made (~0.2 µs each
         to destroy), for whoever frees the session's results to free them too, later."""
         run = _Tables(self.tables.watch, self.count)
-        newest = self.window.maxlen or 0
+        newest = self.window.maxlen
         # The newest events' columns, each a ring: a tree of allocations alone gives its nodes,
         # whose times are read once the session's last event is known, only for those in the window
         tail_ptrs: deque[int] = deque(maxlen=newest)
         tail_sizes: deque[int] = deque(maxlen=newest)
         tail_times: deque[Any] = deque(maxlen=newest)  # times, or the nodes to read them from
-        tail_ups: deque[Any] = deque(maxlen=newest)  # the node each sits in, for stacks
+        tail_made: deque[Any] = deque(maxlen=newest)  # the node of each, for stacks (None: too small for one)
         read_times = False
         check_devices = other_devices_may_allocate()
-        for nodes, fields, times, ups in columns(roots, self.stacks is not None, held if held is not None else []):
-            sizes = list(map(_SIZE, fields))
+        read = columns(roots, self.stacks is not None, held if held is not None else [])
+        for nodes, fields, sizes, times, made in read:
             if 0 in sizes or (check_devices and any(d.type != "cpu" for d in set(map(_DEVICE, fields)))):
                 keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
                 fields, sizes = list(compress(fields, keep)), list(compress(sizes, keep))
                 nodes = list(compress(nodes, keep)) if nodes is not None else None
                 times = list(compress(times, keep)) if times is not None else None
-                ups = list(compress(ups, keep)) if ups is not None else None
+                made = list(compress(made, keep)) if made is not None else None
             ptrs = list(map(_PTR, fields))
-            if self.stacks is not None and ups is not None:
-                self.stacks.note(ptrs, sizes, ups)
+            if self.stacks is not None and made is not None:
+                self.stacks.note(ptrs, sizes, made)
             run.fold(ptrs, sizes)
             k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is kept further
             if k:
@@ -132,19 +127,20 @@ class History:
                     if read_times:  # a tree read by levels after chunks of allocations alone
                         tail_times, read_times = deque(map(_TIME, tail_times), maxlen=newest), False
                     tail_times.extend(times[-k:] if times is not None else map(_TIME, nodes[-k:]))  # type: ignore[index]
-                if self.stacks is not None and ups is not None:  # with the tracer every chunk has them
-                    tail_ups.extend(ups[-k:])
+                if self.stacks is not None:  # with the tracer every chunk is read by levels
+                    tail_made.extend(made[-k:] if made is not None else repeat(None, k))
         self.tables.merge(run)
         if tail_ptrs:
-            self.window.extend(zip(map(_TIME, tail_times) if read_times else tail_times, tail_ptrs, tail_sizes))
-        if self.stacks is not None and tail_ups:
-            self.stacks.keep(self.count - len(tail_ups), list(tail_sizes), list(tail_ups), self.count - newest)
+            self.window.extend(map(_TIME, tail_times) if read_times else tail_times, tail_ptrs, tail_sizes)
+        if self.stacks is not None and tail_made:
+            self.stacks.keep(self.count - len(tail_made), list(tail_sizes), list(tail_made), self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
         events = [e for e in events if e[2]]
         self.tables.fold([e[1] for e in events], [e[2] for e in events])
-        self.window.extend(events[max(len(events) - (self.window.maxlen or 0), 0) :])
+        newest = events[max(len(events) - self.window.maxlen, 0) :]
+        self.window.extend([e[0] for e in newest], [e[1] for e in newest], [e[2] for e in newest])
 
     @no_gc()
     def _start_frames(self, ptr: int) -> list[dict[str, Any]] | None:
