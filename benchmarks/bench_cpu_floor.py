@@ -63,6 +63,32 @@ del _level, _f, _a, _leaf
 """
 )
 
+# That, with each allocation's time read too and the events put in time order (a stable sort of
+# their times): a tree read a level at a time gives the events out of order (a free sits under
+# the Python call, an allocation under the C function inside it), so a reader of the tracer's tree
+# that builds entries in order pays this before it builds anything
+READ_TIMED_END = (
+    KEPT_END
+    + """
+from itertools import chain as _chain, compress as _compress
+from operator import attrgetter as _get, not_ as _not
+import numpy as _np
+from torch._C._profiler import _ExtraFields_Allocation as _Alloc
+_level, _times = _held[1], []
+while _level:
+    _leaf = list(map(_not, map(_get("duration_time_ns"), _level)))
+    _n = list(_compress(_level, _leaf))
+    _f = list(map(_get("extra_fields"), _n))
+    _is = [type(f) is _Alloc for f in _f]
+    _a = list(_compress(_f, _is))
+    _times += map(_get("start_time_ns"), _compress(_n, _is))
+    _held += [_level, _f, list(map(_get("ptr"), _a)), list(map(_get("alloc_size"), _a))]
+    _level = list(_chain.from_iterable(map(_get("children"), _compress(_level, map(_not, _leaf)))))
+_held.append(_np.argsort(_np.array(_times, dtype=_np.int64), kind="stable"))
+del _level, _times, _leaf, _n, _f, _is, _a
+"""
+)
+
 
 def loop(allocations: int, numel: int) -> str:
     return f"for _ in range({allocations}):\n    t = torch.empty({numel})\n"
@@ -131,6 +157,7 @@ def run(ctx: Context) -> list[Row]:
                     "bare_kept": lambda body=body: run_cell(shell, BARE + body + KEPT_END),
                     "tracer_read": lambda body=body: run_cell(shell, BARE_TRACER + body + READ_END),
                     "bare_read": lambda body=body: run_cell(shell, BARE + body + READ_END),
+                    "tracer_timed": lambda body=body: run_cell(shell, BARE_TRACER + body + READ_TIMED_END),
                 }
                 times = interleaved(calls, ctx.repeats, settle=settle)
                 med[name] = {k: statistics.median(v) for k, v in times.items()}
@@ -159,6 +186,13 @@ def run(ctx: Context) -> list[Row]:
             # against the floor without its freeing: the cell's own, and merely reading every event's
             reading, unfreed = m[read] / m[kept], m[mode] / m[kept]
             ours_ms = (m[mode] - m[floor]) * 1e3
+            # what the target leaves after that reading, and what the cell spends beyond it
+            left_ms, beyond_ms = (limit * m[floor] - m[read]) * 1e3, (m[mode] - m[read]) * 1e3
+            timed = (
+                f", with their times read and the events put in time order {m['tracer_timed'] / m[kept]:.2f}x"
+                if mode == "all"
+                else ""
+            )
             rows.append(
                 Row(
                     f"cpu_{name}_{mode}_vs_tree",
@@ -175,11 +209,15 @@ def run(ctx: Context) -> list[Row]:
                         "ours_ms": ours_ms,
                         "vs_kept": unfreed,
                         "read_vs_kept": reading,
+                        "left_after_read_ms": left_ms,
+                        "beyond_read_ms": beyond_ms,
                         "events": 2 * n,
                     },
                     f"{m[mode] * 1e3:.0f} vs {m[floor] * 1e3:.0f} ms, ours {ours_ms:.0f} ms; against that session "
                     f"with its results freed after the call (as the cell frees them: {m[kept] * 1e3:.0f} ms) "
-                    f"{unfreed:.2f}x, where merely reading every allocation's address and size is {reading:.2f}x",
+                    f"{unfreed:.2f}x, where merely reading every allocation's address and size is {reading:.2f}x"
+                    f"{timed}; the target leaves {left_ms:.0f} ms after that reading, the cell spends "
+                    f"{beyond_ms:.0f} ms beyond it",
                 )
             )
     per_event = {k: statistics.median(v) / (int(k.split("_")[1])) * 1e9 for k, v in after.items()}
