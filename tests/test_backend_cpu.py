@@ -299,6 +299,39 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
         )
 
 
+@pytest.mark.parametrize("tracer", [False, True], ids=["no tracer", "tracer"])
+@pytest.mark.parametrize("cell, other", [("tiny ops", 16), ("zero bytes", 28), ("training step", None)])
+def test_events_of_another_device_are_left_out(cell, other, tracer, monkeypatch):
+    # where an accelerator may report allocations too, each event's device is read (its fields
+    # put in time order with the rest) and only the CPU's are kept. Here the allocations of
+    # ``other`` bytes are reported as another device's: the snapshot is the one without them
+    from typing import NamedTuple
+
+    import cpu_reference
+
+    from memsnap_magic.recording.backends.cpu import history as cpu_history
+    from memsnap_magic.recording.backends.cpu.history import History
+
+    class Device(NamedTuple):  # hashable, as torch.device is
+        type: str
+
+    cpu, cuda = Device("cpu"), Device("cuda")
+    monkeypatch.setattr(cpu_history, "other_devices_may_allocate", lambda: True)
+    monkeypatch.setattr(cpu_history, "_DEVICE", lambda f: cuda if f.alloc_size in (other, -(other or 0)) else cpu)
+    ns = training_namespace()
+    live_start = live_storages(ns)
+    roots = profiled(CELLS[cell], ns, stacks=tracer)
+    live_end = live_storages(ns)
+    events = [e for e in cpu_reference.walk_events(roots) if abs(e[2]) != other]
+    assert other is None or len(events) < len(cpu_reference.walk_events(roots))
+    history = History(10**6, live_start, frames=tracer)
+    history.add(roots)
+    history.stacks = None
+    assert history.snapshot(live_end, 10**15, 10**6, segment_events=False) == cpu_reference.build_snapshot(
+        events, live_start, live_end, 10**15, 10**6
+    )
+
+
 @pytest.mark.parametrize("tracer", [False, True])
 def test_what_reading_a_tree_made_is_held_for_whoever_frees_the_session(tracer):
     # destroying PyTorch's Python objects costs ~0.2 µs each: the writer does it after the cell.
