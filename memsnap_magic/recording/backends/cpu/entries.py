@@ -129,9 +129,9 @@ def newest_entries(trace: list[dict[str, Any]], max_entries: int, segments: bool
 
 
 def wholly_dropped(window: Window, after: int, max_entries: int, segments: bool) -> int:
-    """How many of the oldest ``window`` events (each one block
-    entry) ``newest_entries`` drops with their whole group, where ``after`` frees follow them:
-    those need not be built. Its cut runs from the oldest group while the rest still overflows."""
+    """How many of the oldest ``window`` events (each one block entry) ``newest_entries`` drops
+    with their whole group, where ``after`` frees follow them: those need not be built. Its cut
+    runs from the oldest group while the rest still overflows."""
     if not window:
         return 0
     alloc_group, free_group = (2, 3) if segments else (1, 2)
