@@ -241,6 +241,39 @@ def test_a_recording_given_up_with_its_thread_keeps_nothing_of_the_users_alive(t
     assert alive == [False, False, False]
 
 
+def test_a_recording_that_failed_to_start_keeps_nothing_of_the_users_alive(tmp_path, monkeypatch):
+    """A block whose device refused to begin raises, and leaves the device owning no recorder."""
+    from memsnap_magic.recording.backends.cpu.backend import CpuBackend
+    from memsnap_magic.recording.process_state import STATE
+
+    def refuses(self, **kwargs):
+        raise RuntimeError("the device's")
+
+    monkeypatch.setattr(CpuBackend, "begin", refuses)
+    refs: list[weakref.ref] = []
+
+    def train() -> None:
+        model, opt, x, _ = _mlp()
+        refs.extend(weakref.ref(o) for o in (model, opt, x))
+        ns = {"model": model, "opt": opt, "x": x}
+        with (
+            pytest.raises(RuntimeError, match="the device's"),
+            Recorder(device="cpu", out=tmp_path, step=1, namespace=ns),
+        ):
+            pass
+
+    _mlp()  # as above: the process's first optimizer is made before counting
+    gc.collect()
+    gc.disable()
+    try:
+        train()
+        alive = [r() is not None for r in refs]
+    finally:
+        gc.enable()
+    assert alive == [False, False, False]
+    assert STATE.devices["cpu"].backend.owner is None and STATE.devices["cpu"].chain is None
+
+
 def test_a_model_and_optimizer_made_or_replaced_in_the_cell_are_labelled(shell):
     shell.run_cell(
         "import torch\ndef fresh():\n    m = torch.nn.Linear(256, 256)\n"

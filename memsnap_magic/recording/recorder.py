@@ -196,8 +196,8 @@ class Recorder:
                 self._watch = None
             if backend.recording:
                 self._quietly(backend.end, keep=False)
-            if not backend.recording:
-                backend.owner = None
+            if not backend.recording:  # its recording ended here: the device keeps no recorder
+                record.end_chain()
             raise
         self._backend = backend
         self._thread, self._task = thread, task
