@@ -255,12 +255,15 @@ def training_namespace() -> dict:
 
 
 # events read per pass (one pass, or many for any cell); levels of the tree narrower than
-# ``narrow`` nodes read node by node (the default; every level; none)
+# ``narrow`` nodes read node by node (the default; every level; none); watched addresses met in a
+# chunk looked up one by one up to ``few`` of them, else by one pass over it (the default; always:
+# which frees of a start tensor a session reports depends on what the allocator's table recalls)
 READINGS = {
-    "one pass": (1 << 16, None),
-    "chunks of 7": (7, None),
-    "node by node": (1 << 16, 10**9),
-    "by passes": (1 << 16, 0),
+    "one pass": (1 << 16, None, None),
+    "chunks of 7": (7, None, None),
+    "node by node": (1 << 16, 10**9, None),
+    "by passes": (1 << 16, 0, None),
+    "watched found by a pass": (7, None, 0),
 }
 
 
@@ -274,12 +277,15 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     import cpu_reference
 
     from memsnap_magic.recording.backends.cpu import events as cpu_history
+    from memsnap_magic.recording.backends.cpu import history as history_module
     from memsnap_magic.recording.backends.cpu.history import History
 
-    chunk, narrow = READINGS[reading]
+    chunk, narrow, few = READINGS[reading]
     monkeypatch.setattr(cpu_history, "_CHUNK", chunk)
     if narrow is not None:
         monkeypatch.setattr(cpu_history, "NARROW", narrow)
+    if few is not None:
+        monkeypatch.setattr(history_module, "_FEW_HITS", few)
     monkeypatch.setattr(cpu_history, "_INSTANTS", [instants])
     ns = training_namespace()
     live_start = live_storages(ns)
@@ -290,8 +296,11 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     assert events
     for newest in (3, 50, 10**6):
         history = History(newest, live_start, frames=tracer)
+        seen = []
         for roots in sessions:
             history.add(roots)
+            seen += cpu_reference.walk_events(roots)
+            assert list(history.window) == seen[-newest:]  # the ring: the newest events, whole
         if tracer:  # the frames are the tracer's own business (test_cpu_truth); the rest is the walk's
             history.stacks = None
         assert history.snapshot(live_end, 10**15, newest, segment_events=False) == cpu_reference.build_snapshot(
@@ -395,15 +404,20 @@ def test_reading_a_level_node_by_node_or_by_passes_gives_the_same_frames(cell, m
 )
 @settings(max_examples=500, deadline=None)
 def test_build_snapshot_matches_the_walk_on_any_events(moves, live_start, end_keys, newest):
+    # the first event at each address live at the start: looked up one by one, or by one pass
+    from unittest import mock
+
     import cpu_reference
 
+    from memsnap_magic.recording.backends.cpu import history
     from memsnap_magic.recording.backends.cpu.history import build_snapshot
 
     events = [(1000 * i, ptr, size) for i, (ptr, size) in enumerate(moves)]
     live_end = {p: live_start.get(p, 1) for p in end_keys}
-    assert build_snapshot(events, live_start, live_end, 99_000, newest, False) == cpu_reference.build_snapshot(
-        events, live_start, live_end, 99_000, newest
-    )
+    expected = cpu_reference.build_snapshot(events, live_start, live_end, 99_000, newest)
+    for few in (history._FEW_HITS, 0):
+        with mock.patch.object(history, "_FEW_HITS", few):
+            assert build_snapshot(events, live_start, live_end, 99_000, newest, False) == expected
 
 
 @given(

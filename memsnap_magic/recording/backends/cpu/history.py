@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ....core.nogc import no_gc
 from ....files.compact import expand
@@ -29,6 +29,19 @@ from .frames import Stacks
 
 _PTR, _TIME, _DEVICE = attrgetter("ptr"), attrgetter("start_time_ns"), attrgetter("device")
 _ACTION = itemgetter("action")
+_FEW_HITS = 16  # watched addresses met in one chunk up to which each is looked up by a scan of its own
+
+
+class _Chunk(NamedTuple):
+    """A chunk of events as read (``events.columns``): ``times`` None where the tree gave
+    ``nodes`` to read them from; ``made``: each event's node, for stacks (None where every
+    allocation of the chunk is too small for one)."""
+
+    ptrs: list[int]
+    sizes: list[int]
+    times: list[int] | None
+    nodes: list[Any] | None
+    made: list[Any] | None
 
 
 class _Tables:
@@ -43,11 +56,17 @@ class _Tables:
         self.first_index: dict[int, int] = {}  # watched address -> index of its first event
 
     def fold(self, ptrs: list[int], sizes: list[int]) -> None:
-        if self.watch:
-            hits = list(compress(range(len(ptrs)), map(self.watch.__contains__, ptrs)))
-            for i in reversed(hits):  # the earliest event of each watched address is written last
+        hits = self.watch.intersection(ptrs) if self.watch else ()
+        if len(hits) > _FEW_HITS:  # each found by one pass, not a scan of its own
+            at = compress(range(len(ptrs)), map(hits.__contains__, ptrs))
+            for i in reversed(list(at)):  # the earliest event of each watched address is written last
                 self.first[ptrs[i]], self.first_index[ptrs[i]] = sizes[i], self.count + i
-            self.watch -= self.first.keys()
+        else:
+            for ptr in hits:
+                i = ptrs.index(ptr)  # its earliest event
+                self.first[ptr], self.first_index[ptr] = sizes[i], self.count + i
+        if hits:
+            self.watch -= hits
         self.last.update(zip(ptrs, sizes))
         self.count += len(ptrs)
 
@@ -96,13 +115,11 @@ class History:
         to destroy), for whoever frees the session's results to free them too, later."""
         run = _Tables(self.tables.watch, self.count)
         newest = self.window.maxlen
-        # The newest events' columns, each a ring: a tree of allocations alone gives its nodes,
-        # whose times are read once the session's last event is known, only for those in the window
-        tail_ptrs: deque[int] = deque(maxlen=newest)
-        tail_sizes: deque[int] = deque(maxlen=newest)
-        tail_times: deque[Any] = deque(maxlen=newest)  # times, or the nodes to read them from
-        tail_made: deque[Any] = deque(maxlen=newest)  # the node of each, for stacks (None: too small for one)
-        read_times = False
+        # The newest chunks read, held as they are until the session's last event is known: only
+        # the window's events are copied into it, and where the tree gave nodes (allocations alone,
+        # no times), only theirs have their times read
+        tail: deque[_Chunk] = deque()
+        in_tail = 0  # events in ``tail``
         check_devices = other_devices_may_allocate()
         read = columns(roots, self.stacks is not None, held if held is not None else [])
         for nodes, fields, sizes, times, made in read:
@@ -116,24 +133,26 @@ class History:
             if self.stacks is not None and made is not None:
                 self.stacks.note(ptrs, sizes, made)
             run.fold(ptrs, sizes)
-            k = min(len(ptrs), newest)  # of this chunk, only what may be among the newest is kept further
-            if k:
-                tail_ptrs.extend(ptrs[-k:])
-                tail_sizes.extend(sizes[-k:])
-                if times is None and (read_times or not tail_times):  # nodes, as long as every chunk gave them
-                    read_times = True
-                    tail_times.extend(nodes[-k:])  # type: ignore[index]
-                else:
-                    if read_times:  # a tree read by levels after chunks of allocations alone
-                        tail_times, read_times = deque(map(_TIME, tail_times), maxlen=newest), False
-                    tail_times.extend(times[-k:] if times is not None else map(_TIME, nodes[-k:]))  # type: ignore[index]
-                if self.stacks is not None:  # with the tracer every chunk is read by levels
-                    tail_made.extend(made[-k:] if made is not None else repeat(None, k))
+            if ptrs and newest:
+                tail.append(_Chunk(ptrs, sizes, times, nodes, made))
+                in_tail += len(ptrs)
+                while in_tail - len(tail[0].ptrs) >= newest:  # the chunks after it hold the whole window
+                    in_tail -= len(tail.popleft().ptrs)
         self.tables.merge(run)
-        if tail_ptrs:
-            self.window.extend(map(_TIME, tail_times) if read_times else tail_times, tail_ptrs, tail_sizes)
-        if self.stacks is not None and tail_made:
-            self.stacks.keep(self.count - len(tail_made), list(tail_sizes), list(tail_made), self.count - newest)
+        if not tail:
+            return
+        skip = in_tail - newest  # events of the oldest chunk older than the window
+        if skip > 0:
+            tail[0] = _Chunk(*(column[skip:] if column is not None else None for column in tail[0]))  # type: ignore[arg-type]
+        self.window.extend(
+            chain.from_iterable(c.times if c.times is not None else map(_TIME, c.nodes) for c in tail),  # type: ignore[arg-type]
+            chain.from_iterable(c.ptrs for c in tail),
+            chain.from_iterable(c.sizes for c in tail),
+        )
+        if self.stacks is not None:
+            sizes = list(chain.from_iterable(c.sizes for c in tail))
+            made = list(chain.from_iterable(c.made if c.made is not None else repeat(None, len(c.ptrs)) for c in tail))
+            self.stacks.keep(self.count - len(sizes), sizes, made, self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
