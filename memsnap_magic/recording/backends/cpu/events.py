@@ -15,7 +15,7 @@ from ....core.devices import KINDS
 from .frames import STACK_BYTES
 
 if TYPE_CHECKING:  # one chunk of events: (nodes, fields, sizes, times, made)
-    Columns = tuple[list[Any] | None, list[Any], list[int], list[int] | None, list[Any] | None]
+    Columns = tuple[list[Any] | None, list[Any], list[int], np.ndarray | None, list[Any] | None]
 
 _FIELDS, _TIME, _CHILDREN = attrgetter("extra_fields"), attrgetter("start_time_ns"), attrgetter("children")
 _SIZE = attrgetter("alloc_size")
@@ -42,7 +42,7 @@ def columns(roots: list[Any], tracer: bool, held: list[Any]) -> Iterator[Columns
     """The CPU allocation events of a session's tree in time order, a chunk at a time:
     ``(nodes, fields, sizes, times, made)``. A tree of allocations alone (no tracer, no user
     scope: its roots are the events) is read a chunk at a time, each event's time only if it is
-    among the newest (``nodes``); any other tree by levels (``times``; ``made``: each event's
+    among the newest (``nodes``); any other tree by levels (``times``, int64; ``made``: each event's
     node, whose parent is the call it was made in, given only to a chunk holding an allocation
     large enough for a stack), whose lists of fields and nodes read join ``held`` (they live
     together anyway; a chunk's are let go with it)."""
@@ -117,7 +117,7 @@ def _by_levels(roots: list[Any], held: list[Any], fields: list[Any] | None = Non
         chunk = list(map(found.__getitem__, at))
         sizes = list(map(_SIZE, chunk))
         stacked = list(map(made.__getitem__, at)) if sizes and max(sizes) >= STACK_BYTES else None
-        yield None, chunk, sizes, ordered[lo : lo + _CHUNK].tolist(), stacked
+        yield None, chunk, sizes, ordered[lo : lo + _CHUNK], stacked  # times as int64: few are the window's
 
 
 NARROW = 32  # nodes in a level below which it is read by a loop (small cells' trees are deep and narrow)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ....core.nogc import no_gc
 from ....files.compact import expand
@@ -27,19 +27,22 @@ from .entries import Window, freed, newest_entries, no_frames, segment, silent_f
 from .events import columns, other_devices_may_allocate
 from .frames import Stacks
 
+if TYPE_CHECKING:
+    import numpy as np
+
 _PTR, _TIME, _DEVICE = attrgetter("ptr"), attrgetter("start_time_ns"), attrgetter("device")
 _ACTION = itemgetter("action")
 _FEW_HITS = 16  # watched addresses met in one chunk up to which each is looked up by a scan of its own
 
 
 class _Chunk(NamedTuple):
-    """A chunk of events as read (``events.columns``): ``times`` None where the tree gave
-    ``nodes`` to read them from; ``made``: each event's node, for stacks (None where every
+    """A chunk of events as read (``events.columns``): ``times`` (int64) None where the tree
+    gave ``nodes`` to read them from; ``made``: each event's node, for stacks (None where every
     allocation of the chunk is too small for one)."""
 
     ptrs: list[int]
     sizes: list[int]
-    times: list[int] | None
+    times: np.ndarray | None
     nodes: list[Any] | None
     made: list[Any] | None
 
@@ -127,7 +130,7 @@ class History:
                 keep = [bool(n) and d.type == "cpu" for n, d in zip(sizes, map(_DEVICE, fields))]
                 fields, sizes = list(compress(fields, keep)), list(compress(sizes, keep))
                 nodes = list(compress(nodes, keep)) if nodes is not None else None
-                times = list(compress(times, keep)) if times is not None else None
+                times = times.compress(keep) if times is not None else None
                 made = list(compress(made, keep)) if made is not None else None
             ptrs = list(map(_PTR, fields))
             if self.stacks is not None and made is not None:
@@ -145,7 +148,7 @@ class History:
         if skip > 0:
             tail[0] = _Chunk(*(column[skip:] if column is not None else None for column in tail[0]))  # type: ignore[arg-type]
         self.window.extend(
-            chain.from_iterable(c.times if c.times is not None else map(_TIME, c.nodes) for c in tail),  # type: ignore[arg-type]
+            chain.from_iterable(c.times.tolist() if c.times is not None else map(_TIME, c.nodes) for c in tail),  # type: ignore[arg-type]
             chain.from_iterable(c.ptrs for c in tail),
             chain.from_iterable(c.sizes for c in tail),
         )
