@@ -195,6 +195,8 @@ def _join_session(rec: Recorder, iv: Interval, record: Device, cleared: bool) ->
 def _folder_made(path: Path) -> bool:
     """Whether the file's folder is there or could be made (here, in microseconds): a write that
     cannot even start fails in its own cell, not in the background after the cells that follow."""
+    if os.path.isdir(path.parent):  # one stat, where making it costs a failed mkdir and a stat
+        return True
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
