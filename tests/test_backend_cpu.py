@@ -493,6 +493,8 @@ def test_a_replay_never_has_two_live_blocks_overlap(moves, start_sizes, newest, 
         elif e["action"] == "free_completed":
             blocks[e["addr"]] = e["size"]
     current = blocks
+    spans = sorted(current.items())  # the window's start: no two live blocks overlap there either
+    assert all(p + n <= q for (p, n), (q, _) in zip(spans, spans[1:])), spans
     for e in snap["device_traces"][0]:
         if e["action"] == "alloc":
             assert all(not (p < e["addr"] + e["size"] and e["addr"] < p + n) for p, n in current.items())
@@ -596,3 +598,21 @@ def test_a_session_that_grew_the_process_by_a_gb_frees_its_buffers_before_it_is_
         profiler.events_read = 1
         profiler.release()
         del x, roots
+
+
+def test_a_start_block_whose_bytes_were_taken_before_the_window_is_not_in_it():
+    # bytes 1..3 held since before the interval, freed unreported; a block at 2 took some of them
+    # before the ring's window and lives on: the old block was gone by then, so the window neither
+    # starts with both nor frees the old one at its end
+    from memsnap_magic.recording.backends.cpu.history import History
+
+    events = [(0, 2, 1), (1000, 10, 1), (2000, 10, -1), (3000, 11, 1), (4000, 11, -1)]
+    for newest in (5, 3, 2):  # the whole interval, the block at 2 made before the window
+        history = History(newest, {1: 2})
+        history.add_events(events)
+        snap = history.snapshot({}, 99_000, 100, died={})
+        trace = snap["device_traces"][0]
+        assert [s["address"] for s in snap["segments"]] == [2]
+        assert history.freed_unseen == 0
+        assert any(e["addr"] == 1 for e in trace) == (newest == 5)  # placed at the reuse, inside the window
+        assert trace[-1]["addr"] != 1

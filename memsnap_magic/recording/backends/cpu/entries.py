@@ -90,6 +90,27 @@ def silent_frees(
     return placed, before_window
 
 
+def held_before_window(blocks: dict[int, int], last: dict[int, int], window: Window) -> set[int]:
+    """Which of ``blocks`` (live before the interval, freed unreported, their frees placed
+    nowhere in the window) share bytes with a block at an address whose events all came before
+    the window, or whose first event in it is a free (``last``: each address's last event, signed
+    size). Two live blocks never overlap, so those were freed before the window, and nothing of
+    theirs is in it; else each is freed at the interval's end, live at the window's start beside
+    the block that took its bytes. (A block live before the interval whose free was reported is
+    among those addresses too: it lived beside them, so it overlaps none.)"""
+    first_in_window = dict(zip(reversed(window.ptrs), reversed(window.sizes)))
+    spans = [
+        (ptr, -size if size < 0 else size)
+        for ptr, size in ((p, first_in_window.get(p, n)) for p, n in last.items())
+        if size < 0 or ptr not in first_in_window
+    ]
+    if not spans:
+        return set()
+    starts = np.fromiter((p for p, _ in spans), np.int64, len(spans))
+    ends = starts + np.fromiter((n for _, n in spans), np.int64, len(spans))
+    return {p for p, n in blocks.items() if bool(np.any((starts < p + n) & (ends > p)))}
+
+
 def freed(
     ptr: int, size: int, t_us: int, mark: str | None = None, frames: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:

@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ....core.nogc import no_gc
 from ....files.compact import expand
 from ....files.layout import MARK_KEY
-from .entries import Window, freed, newest_entries, no_frames, segment, silent_frees, wholly_dropped
+from .entries import (
+    Window,
+    freed,
+    held_before_window,
+    newest_entries,
+    no_frames,
+    segment,
+    silent_frees,
+    wholly_dropped,
+)
 from .events import columns, other_devices_may_allocate
 from .frames import Stacks
 
@@ -202,6 +211,10 @@ class History:
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
         before, gone_earlier = silent_frees(pending, self.window, window_start, died or {})
+        placed = {ptr for frees in before.values() for ptr, _, _ in frees}
+        undated = {p: n for p, n in pending.items() if p not in placed and p not in gone_earlier}
+        if undated and window_start:  # bytes a block held before the window date their frees before it
+            gone_earlier |= held_before_window(undated, t.last, self.window)
         for ptr in gone_earlier:
             del pending[ptr]
         # A start block's reported free can carry a stale size (the allocator's table remembers the
