@@ -13,7 +13,8 @@ walked at the interval's start and end (a few ms, unlike a full ``gc.get_objects
 - one of them gone at the end was freed silently (the allocator reports no free for blocks
   allocated while profiling was off). Its free is placed when its storage died (a weak
   reference's callback, on the profiler's clock), or just before the first allocation reusing
-  any of its bytes, else at the interval's end: the peak is then an upper bound, and says so.
+  any of its bytes (before the ring's window: none), else at the interval's end: the peak is
+  then an upper bound, and says so.
 Tensors reachable only from elsewhere (closures, autograd graphs of unnamed results) stay invisible.
 """
 
