@@ -256,8 +256,9 @@ def training_namespace() -> dict:
 
 # events read per pass (one pass, or many for any cell); levels of the tree narrower than
 # ``narrow`` nodes read node by node (the default; every level; none); watched addresses met in a
-# chunk looked up one by one up to ``few`` of them, else by one pass over it (the default; always:
-# which frees of a start tensor a session reports depends on what the allocator's table recalls)
+# chunk looked up one by one up to ``few`` of them, else by one pass over it (the default; always).
+# Whether a session reports a start tensor's free depends on what the allocator's table recalls:
+# test_build_snapshot_matches_the_walk_on_any_events takes both lookups through such frees
 READINGS = {
     "one pass": (1 << 16, None, None),
     "chunks of 7": (7, None, None),
@@ -607,7 +608,7 @@ def test_a_start_block_whose_bytes_were_taken_before_the_window_is_not_in_it():
     from memsnap_magic.recording.backends.cpu.history import History
 
     events = [(0, 2, 1), (1000, 10, 1), (2000, 10, -1), (3000, 11, 1), (4000, 11, -1)]
-    for newest in (5, 3, 2):  # the whole interval, the block at 2 made before the window
+    for newest in (5, 3, 2):  # 5: the whole interval; 3, 2: the block at 2 made before the window
         history = History(newest, {1: 2})
         history.add_events(events)
         snap = history.snapshot({}, 99_000, 100, died={})
