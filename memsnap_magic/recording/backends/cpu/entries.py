@@ -99,11 +99,13 @@ def held_before_window(blocks: dict[int, int], last: dict[int, int], window: Win
     the block that took its bytes. (A block live before the interval whose free was reported is
     among those addresses too: it lived beside them, so it overlaps none.)"""
     first_in_window = dict(zip(reversed(window.ptrs), reversed(window.sizes)))
-    spans = [
-        (ptr, -size if size < 0 else size)
-        for ptr, size in ((p, first_in_window.get(p, n)) for p, n in last.items())
-        if size < 0 or ptr not in first_in_window
-    ]
+    spans = []  # (address, bytes) of each block held before the window
+    for ptr, size in last.items():
+        first = first_in_window.get(ptr)
+        if first is None:
+            spans.append((ptr, abs(size)))
+        elif first < 0:
+            spans.append((ptr, -first))
     if not spans:
         return set()
     starts = np.fromiter((p for p, _ in spans), np.int64, len(spans))

@@ -211,10 +211,11 @@ class History:
         window_start = t.count - len(self.window)
         pending = {p: n for p, n in silent.items() if t.first_index.get(p, t.count) >= window_start}
         before, gone_earlier = silent_frees(pending, self.window, window_start, died or {})
-        placed = {ptr for frees in before.values() for ptr, _, _ in frees}
-        undated = {p: n for p, n in pending.items() if p not in placed and p not in gone_earlier}
-        if undated and window_start:  # bytes a block held before the window date their frees before it
-            gone_earlier |= held_before_window(undated, t.last, self.window)
+        if window_start:  # bytes a block held before the window date the frees of undated ones before it
+            placed = {ptr for frees in before.values() for ptr, _, _ in frees}
+            undated = {p: n for p, n in pending.items() if p not in placed and p not in gone_earlier}
+            if undated:
+                gone_earlier |= held_before_window(undated, t.last, self.window)
         for ptr in gone_earlier:
             del pending[ptr]
         # A start block's reported free can carry a stale size (the allocator's table remembers the
