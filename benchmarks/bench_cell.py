@@ -16,12 +16,14 @@ profiler session (no tracer) so that step 10 starts where the loop really stands
 
 Third row: the fixed cost of the magic on a cell that does nothing (``_tiny = 1``), in that same
 shell (the MLP and its optimizer in the namespace, as in a training notebook): milliseconds added
-over the plain cell, the difference of the medians (target <= 2 ms); in the note, PyTorch's part:
-its profiler session with the tracer switched on and off around the same cell (the imports and
-config it needs made once beforehand, as the magic makes them once per process), and IPython's:
-a cell magic that only runs its body. Fourth: the same once the
-session holds 2,000 more recorded steps, as a ratio to the third (target <= 1.25x: the session's
-bookkeeping per cell does not grow with its length).
+over the plain cell, the difference of the medians (target <= 2.5 ms, issue 44's); in the note,
+PyTorch's part: its profiler session with the tracer switched on and off around the same cell
+(the imports and config it needs made once beforehand, as the magic makes them once per process),
+IPython's: a cell magic that only runs its body, and all three again timed without the collection
+each call follows elsewhere (a full collection reads every object of the process, leaving the
+caches cold for the call). Fourth: the same once the session holds 2,000 more recorded steps, as
+a ratio to the third (target <= 1.25x: the session's bookkeeping per cell does not grow with its
+length).
 
 The file is written in the background, so each row times what the user waits for: every call
 starts once the writes before it are done (untimed), so no plain cell pays for the recorded one
@@ -100,6 +102,19 @@ def run(ctx: Context) -> list[Row]:
                 ctx.repeats * 3,
                 settle=wait_for_writes,
             )
+            # the same without the collection before each call: what the cost is with the caches
+            # as the cell before left them (a full collection reads every object the process holds)
+            warm = interleaved(
+                {
+                    "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
+                    "reference": lambda: run_cell(shell, "_tiny = 1"),
+                    "bare_session": lambda: run_cell(shell, BARE_ON + "_tiny = 1\n" + BARE_END),
+                    "bare_magic": lambda: run_cell(shell, "%%bare_magic\n_tiny = 1"),
+                },
+                ctx.repeats * 3,
+                settle=wait_for_writes,
+                collect=False,
+            )
             loop = marked_loop(LOOP_STEPS)
             gaps = interleaved(
                 {
@@ -153,7 +168,7 @@ def run(ctx: Context) -> list[Row]:
     bare = _ratio(times, "bare_session")
     overhead.details["bare_session_ratio"] = bare
     overhead.note += f"; PyTorch's bare profiler session with the tracer on, around the same body: {bare:.3g}x"
-    return [overhead, _fixed_cost(tiny), _late_cost(tiny, late, early_steps, late_steps), gap]
+    return [overhead, _fixed_cost(tiny, warm), _late_cost(tiny, late, early_steps, late_steps), gap]
 
 
 def _ratio(times: dict[str, list[float]], key: str = "measured") -> float:
@@ -165,10 +180,11 @@ def _added_ms(times: dict[str, list[float]], key: str = "measured") -> float:
     return (statistics.median(times[key]) - statistics.median(times["reference"])) * 1000
 
 
-def _fixed_cost(times: dict[str, list[float]]) -> Row:
+def _fixed_cost(times: dict[str, list[float]], warm: dict[str, list[float]]) -> Row:
     added, whole, bare, magic = (
         _added_ms(times, key) for key in ("measured", "with_write", "bare_session", "bare_magic")
     )
+    warm_added, warm_bare, warm_magic = (_added_ms(warm, key) for key in ("measured", "bare_session", "bare_magic"))
     ratio = _ratio(times)
     return Row(
         "tiny_cell_fixed_cost",
@@ -176,8 +192,8 @@ def _fixed_cost(times: dict[str, list[float]]) -> Row:
         "the same cell without the magic",
         added,
         "ms",
-        "<= 2 ms",
-        added <= 2.0,
+        "<= 2.5 ms",
+        added <= 2.5,
         {
             "times_s": times,
             "ratio": ratio,
@@ -185,10 +201,17 @@ def _fixed_cost(times: dict[str, list[float]]) -> Row:
             "with_write_ms": whole,
             "bare_session_ms": bare,
             "bare_magic_ms": magic,
+            "warm": {
+                "times_s": warm,
+                "added_ms": warm_added,
+                "bare_session_ms": warm_bare,
+                "bare_magic_ms": warm_magic,
+            },
         },
         note=f"{ratio:.2g}x the plain cell; +{whole:.1f} ms with the write waited for; PyTorch's bare profiler "
         f"session with the tracer on, around the same cell: +{bare:.1f} ms; IPython's part, a cell magic that "
-        f"only runs its body: +{magic:.2f} ms",
+        f"only runs its body: +{magic:.2f} ms. With no collection before each call (the caches as the cell "
+        f"before left them): +{warm_added:.1f} ms, PyTorch's part +{warm_bare:.1f} ms, IPython's +{warm_magic:.2f} ms",
     )
 
 

@@ -87,19 +87,26 @@ def ratio_row(
     )
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    """Wall time of one call, after a collection so earlier garbage is not billed to it."""
-    gc.collect()
+def timed(fn: Callable[[], Any], collect: bool = True) -> float:
+    """Wall time of one call, after a collection so earlier garbage is not billed to it
+    (``collect=False``: none, the caches left as the call before left them)."""
+    if collect:
+        gc.collect()
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
 
 
 def interleaved(
-    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, settle: Callable[[], Any] | None = None
+    fns: dict[str, Callable[[], Any]],
+    repeats: int,
+    warmup: int = 1,
+    settle: Callable[[], Any] | None = None,
+    collect: bool = True,
 ) -> dict[str, list[float]]:
     """Times of each function over ``repeats`` rounds, called in turn (A B A B ...); ``settle``
-    runs untimed before each call (``wait_for_writes``: no call pays for the one before it)."""
+    runs untimed before each call (``wait_for_writes``: no call pays for the one before it);
+    ``collect``: as ``timed``'s."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -108,7 +115,7 @@ def interleaved(
         for k, fn in fns.items():
             if settle is not None:
                 settle()
-            times[k].append(timed(fn))
+            times[k].append(timed(fn, collect))
     return times
 
 
