@@ -457,6 +457,22 @@ def test_allocations_carry_the_python_stack_that_made_them(cpu):
     assert "records stacks of allocations of 1.0 KiB or more" in blocks_table(iv)
 
 
+def test_allocations_made_on_one_line_share_its_frame_dicts_as_pytorch_shares_them(cpu):
+    # each call of grow is a new node of the tracer's tree: its frames are still one dict a line
+    run(cpu, "def grow(n):\n    return torch.ones(n, 1024)\n")
+    run(cpu, "%%memsnap step=1\nkept = []\nfor _ in range(3):\n    kept.append(grow(256))")
+    iv = session().intervals[0]
+    wait_for_writes()
+    snap = pickle.loads(iv.path.read_bytes())
+    big = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["size"] >= STACK_BYTES]
+    assert len(big) == 3
+    stacks = [e["frames"] for e in big]
+    assert [(f["name"], f["line"]) for f in stacks[0][:2]] == [("grow", 2), ("<module>", 4)]
+    for depth in (0, 1):  # the same frame, the same dict: the file writes it once
+        assert len({id(s[depth]) for s in stacks}) == 1
+    assert stacks[1] == stacks[0] and stacks[2] == stacks[0]
+
+
 def test_blocks_carried_into_the_next_step_keep_their_stacks(cpu):
     run(cpu, "def make():\n    return torch.ones(2**18)\n")
     run(cpu, "%%memsnap step=1\nhist = [make().requires_grad_().exp().sum()]")

@@ -6,7 +6,7 @@ from collections import deque
 from itertools import compress, repeat
 from typing import Any
 
-from ....results.stacks import user_frames
+from ....results.stacks import Kinds, user_frames
 
 STACK_BYTES = 1024  # allocations this large or larger get their Python stack; smaller ones cost as much, matter little
 
@@ -19,7 +19,8 @@ class Stacks:
     that called it). An allocation inside a C function (``torch.ones``, ``x.exp()``) thus gets its
     exact line; one made directly by a Python function (``x * 2`` goes through no C function
     call) gets the function's ``def`` line. Each outer frame is the line that made the call.
-    Stacks are built once per tree node and shared, as PyTorch shares them in its snapshots.
+    Stacks are built once per tree node and frames once per distinct line within a session, and
+    shared, as PyTorch shares them in its snapshots.
     """
 
     def __init__(self, start_frames: dict[int, list[dict[str, Any]]]) -> None:
@@ -30,6 +31,10 @@ class Stacks:
         self._memo: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # of an allocation in it
         self._outer: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the frames enclosing its call
         self._user: dict[int, tuple[Any, list[dict[str, Any]]]] = {}  # the same, up to the user's outermost
+        # one dict per distinct frame, as PyTorch shares them: each step's calls are new nodes on the
+        # same lines, and what each frame is (the user's or the shell's) is then read once
+        self._frames: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+        self._kinds: Kinds = {}
 
     def note(self, ptrs: list[int], sizes: list[int], made: list[Any]) -> None:
         """Each allocation's stack, by address: what the blocks live at the end are given.
@@ -52,6 +57,7 @@ class Stacks:
         while self.window and self.window[0][0] < window_start:
             self.window.popleft()
         self._memo, self._outer, self._user = {}, {}, {}  # node ids are only good while this session's tree lives
+        self._frames, self._kinds = {}, {}
 
     def window_frames(self, window_start: int) -> dict[int, list[dict[str, Any]]]:
         return {i: f for i, f in self.window if i >= window_start}
@@ -73,9 +79,9 @@ class Stacks:
             fields = node.extra_fields
             kind = type(fields)
             if kind is _ExtraFields_PyCCall:
-                frames = [_frame(fields.caller), *self._users(node.parent)]
+                frames = [self._frame(fields.caller), *self._users(node.parent)]
             elif kind is _ExtraFields_PyCall:
-                frames = [_frame(fields.callsite), *self._users(node)]
+                frames = [self._frame(fields.callsite), *self._users(node)]
             else:
                 frames = self._users(node)
             hit = self._memo[id(node)] = (node, frames)
@@ -86,7 +92,7 @@ class Stacks:
         shell, kernel or runner beneath it (once per node: its calls share it)."""
         hit = self._user.get(id(node))
         if hit is None:
-            hit = self._user[id(node)] = (node, user_frames(self._enclosing(node), whole_if_none=False))
+            hit = self._user[id(node)] = (node, user_frames(self._enclosing(node), False, self._kinds))
         return hit[1]
 
     def _enclosing(self, node: Any) -> list[dict[str, Any]]:
@@ -105,10 +111,14 @@ class Stacks:
         for n in reversed(path):
             fields = n.extra_fields
             if type(fields) is _ExtraFields_PyCall and n.parent is not None:
-                known = [_frame(fields.caller), *known]
+                known = [self._frame(fields.caller), *known]
             self._outer[id(n)] = (n, known)
         return known
 
-
-def _frame(state: Any) -> dict[str, Any]:
-    return {"filename": state.file_name, "line": state.line_number, "name": state.function_name}
+    def _frame(self, state: Any) -> dict[str, Any]:
+        """The frame of a tracer's call site, one dict per distinct frame."""
+        key = (state.file_name, state.line_number, state.function_name)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frames[key] = {"filename": key[0], "line": key[1], "name": key[2]}
+        return frame
