@@ -91,30 +91,18 @@ def run(ctx: Context) -> list[Row]:
             run_cell(shell, BARE_TRACER_SETUP)  # the tiny cell's bare session is the session alone
             # IPython's part: a cell magic that only runs its body
             shell.register_magic_function(lambda line, cell: exec(cell, shell.user_ns), "cell", "bare_magic")
-            tiny = interleaved(
-                {
-                    "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
-                    "reference": lambda: run_cell(shell, "_tiny = 1"),
-                    "with_write": lambda: written("%%memsnap\n_tiny = 1"),
-                    "bare_session": lambda: run_cell(shell, BARE_ON + "_tiny = 1\n" + BARE_END),
-                    "bare_magic": lambda: run_cell(shell, "%%bare_magic\n_tiny = 1"),
-                },
-                ctx.repeats * 3,
-                settle=wait_for_writes,
-            )
+            tiny_cells = {
+                "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
+                "reference": lambda: run_cell(shell, "_tiny = 1"),
+                "with_write": lambda: written("%%memsnap\n_tiny = 1"),
+                "bare_session": lambda: run_cell(shell, BARE_ON + "_tiny = 1\n" + BARE_END),
+                "bare_magic": lambda: run_cell(shell, "%%bare_magic\n_tiny = 1"),
+            }
+            tiny = interleaved(tiny_cells, ctx.repeats * 3, settle=wait_for_writes)
             # the same without the collection before each call: what the cost is with the caches
             # as the cell before left them (a full collection reads every object the process holds)
-            warm = interleaved(
-                {
-                    "measured": lambda: run_cell(shell, "%%memsnap\n_tiny = 1"),
-                    "reference": lambda: run_cell(shell, "_tiny = 1"),
-                    "bare_session": lambda: run_cell(shell, BARE_ON + "_tiny = 1\n" + BARE_END),
-                    "bare_magic": lambda: run_cell(shell, "%%bare_magic\n_tiny = 1"),
-                },
-                ctx.repeats * 3,
-                settle=wait_for_writes,
-                collect=False,
-            )
+            del tiny_cells["with_write"]  # the whole write is the same work warm or cold
+            warm = interleaved(tiny_cells, ctx.repeats * 3, settle=wait_for_writes, collect=False)
             loop = marked_loop(LOOP_STEPS)
             gaps = interleaved(
                 {
