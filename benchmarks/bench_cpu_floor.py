@@ -10,7 +10,10 @@ The cell leaves freeing PyTorch's results (~1 µs per event) to its background w
 floor pays inside, so each note also gives the cell against the same session with its results
 kept and freed untimed after the call (``kept``), and what merely reading every allocation's
 address and size back through PyTorch's Python API costs on that (the tree walked, a fields
-object per allocation, all kept too: ``read``): no reader of its events goes under that.
+object per allocation, all kept too: ``read``): no reader of its events goes under that. And
+what any writer of PyTorch's schema pays in the cell at the least on the 40k rows (``entries``):
+the events read (with the tracer, their times read and put in time order), then the trace entry
+(a dict) of each event the default ring keeps, by code of its own (none of ours).
 
 Rows:
 
@@ -66,7 +69,7 @@ del _level, _f, _a, _leaf
 # That, with each allocation's time read too and the events put in time order (a stable sort of
 # their times): a tree read a level at a time gives the events out of order (a free sits under
 # the Python call, an allocation under the C function inside it), so a reader of the tracer's tree
-# that builds entries in order pays this before it builds anything
+# that builds entries in order pays this before it builds anything (the times kept, for ``ENTRIES_END``)
 READ_TIMED_END = (
     KEPT_END
     + """
@@ -84,9 +87,56 @@ while _level:
     _times += map(_get("start_time_ns"), _compress(_n, _is))
     _held += [_level, _f, list(map(_get("ptr"), _a)), list(map(_get("alloc_size"), _a))]
     _level = list(_chain.from_iterable(map(_get("children"), _compress(_level, map(_not, _leaf)))))
-_held.append(_np.argsort(_np.array(_times, dtype=_np.int64), kind="stable"))
+_held += [_times, _np.argsort(_np.array(_times, dtype=_np.int64), kind="stable")]
 del _level, _times, _leaf, _n, _f, _is, _a
 """
+)
+
+
+def _ring_entries(order: str, times: str) -> str:
+    """Code building the ring's entries from ``_ptrs`` and ``_sizes`` (as read), ``order`` (the
+    indices into them in time order) and ``times`` (an iterable of the times of ``_newest``)."""
+    return f"""
+_newest = {order}[len(_sizes) - int(_np.searchsorted(
+    _np.where(_np.array(_sizes, dtype=_np.int64)[{order}] > 0, 2, 3)[::-1].cumsum(), _RING, side="right")):].tolist()
+_held.append([
+    {{"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t // 1000}}
+    if s > 0
+    else {{"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t // 1000}}
+    for t, p, s in zip({times}, map(_ptrs.__getitem__, _newest), map(_sizes.__getitem__, _newest))
+])
+del _ptrs, _sizes, _newest
+"""
+
+
+# The least any writer of PyTorch's schema pays in the cell: the events read, then the trace
+# entries of those the default ring keeps (``max_entries``; an ``alloc`` is two entries once its
+# ``segment_alloc`` is written in, a ``free_completed`` three), a dict of the schema's five fields
+# each, in time order, all kept. Written from PyTorch's objects alone, none of our code, and
+# without what a snapshot needs besides (the end state, any figure). With the tracer: after
+# ``READ_TIMED_END``'s reading, which puts the events in time order
+ENTRIES_END = (
+    READ_TIMED_END
+    + """
+_ptrs, _sizes = list(_chain.from_iterable(_held[4:-2:4])), list(_chain.from_iterable(_held[5:-2:4]))
+"""
+    + _ring_entries("_held[-1]", "map(_held[-2].__getitem__, _newest)")
+)
+# Without the tracer a session's tree is its allocations alone, in time order: each event's fields
+# object, address and size read, the time only of those the ring keeps
+FLAT_ENTRIES_END = (
+    KEPT_END
+    + """
+from operator import attrgetter as _get
+import numpy as _np
+from torch._C._profiler import _ExtraFields_Allocation as _Alloc
+_f = list(map(_get("extra_fields"), _held[1]))
+assert set(map(type, _f)) == {_Alloc}, "the bare session's tree holds other events than allocations"
+_ptrs, _sizes = list(map(_get("ptr"), _f)), list(map(_get("alloc_size"), _f))
+_held += [_f, _ptrs, _sizes]
+del _f
+"""
+    + _ring_entries("_np.arange(len(_sizes))", 'map(_get("start_time_ns"), map(_held[1].__getitem__, _newest))')
 )
 
 
@@ -130,6 +180,7 @@ class _AfterTree:
 
 def run(ctx: Context) -> list[Row]:
     from memsnap_magic import wait_for_writes
+    from memsnap_magic.recording.options import Options
 
     tiny = ctx.pick(40_000, 8_000)  # torch.empty(4): 80k events
     ring = ctx.pick(200_000, 60_000)  # torch.empty(16): 400k events, past the default ring
@@ -143,6 +194,7 @@ def run(ctx: Context) -> list[Row]:
     after: dict[str, list[float]] = {}
     try:
         run_cell(shell, "import torch")
+        shell.user_ns["_RING"] = Options().max_entries  # the ring the entries' floor keeps: the default
         run_cell(shell, "%%memsnap device=cpu\nwarm = torch.ones(4)")  # the profiler's one-off start
         med: dict[str, dict[str, float]] = {}
         with torch_threads(1), _AfterTree() as tree:
@@ -159,6 +211,9 @@ def run(ctx: Context) -> list[Row]:
                     "bare_read": lambda body=body: run_cell(shell, BARE + body + READ_END),
                     "tracer_timed": lambda body=body: run_cell(shell, BARE_TRACER + body + READ_TIMED_END),
                 }
+                if name == "tiny":  # where reading leaves the target too little for anything else
+                    calls["tracer_entries"] = lambda body=body: run_cell(shell, BARE_TRACER + body + ENTRIES_END)
+                    calls["bare_entries"] = lambda body=body: run_cell(shell, BARE + body + FLAT_ENTRIES_END)
                 times = interleaved(calls, ctx.repeats, settle=settle)
                 med[name] = {k: statistics.median(v) for k, v in times.items()}
             for n in grow:
@@ -193,6 +248,9 @@ def run(ctx: Context) -> list[Row]:
                 if mode == "all"
                 else ""
             )
+            # the least any in-cell writer of PyTorch's schema pays: that reading, then the ring's
+            # times and entries, against the floor itself
+            entries = m[f"{session}_entries"] / m[floor] if f"{session}_entries" in m else None
             rows.append(
                 Row(
                     f"cpu_{name}_{mode}_vs_tree",
@@ -211,13 +269,21 @@ def run(ctx: Context) -> list[Row]:
                         "read_vs_kept": reading,
                         "left_after_read_ms": left_ms,
                         "beyond_read_ms": beyond_ms,
+                        **({"entries_vs_floor": entries} if entries is not None else {}),
                         "events": 2 * n,
                     },
                     f"{m[mode] * 1e3:.0f} vs {m[floor] * 1e3:.0f} ms, ours {ours_ms:.0f} ms; against that session "
                     f"with its results freed after the call (as the cell frees them: {m[kept] * 1e3:.0f} ms) "
                     f"{unfreed:.2f}x, where merely reading every allocation's address and size is {reading:.2f}x"
                     f"{timed}; the target leaves {left_ms:.0f} ms after that reading, the cell spends "
-                    f"{beyond_ms:.0f} ms beyond it",
+                    f"{beyond_ms:.0f} ms beyond it"
+                    + (
+                        f"; reading the events as any reader must, then building the trace entries the ring keeps "
+                        f"(PyTorch's schema, in time order; no end state, no figure; none of our code): "
+                        f"{entries:.2f}x the floor"
+                        if entries is not None
+                        else ""
+                    ),
                 )
             )
     per_event = {k: statistics.median(v) / (int(k.split("_")[1])) * 1e9 for k, v in after.items()}

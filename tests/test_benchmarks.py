@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from memsnap_magic import session, wait_for_writes
+from memsnap_magic.files.snapshot import load_snapshot
+
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = (
     "summarize_vs_pickle_load",
@@ -80,3 +85,28 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
         r["name"] for p in tmp_path.glob("*.json") if p.stem != "summary" for r in json.loads(p.read_text())["rows"]
     }
     assert per_benchmark and rows_in_files == set(ROWS)
+
+
+@pytest.mark.parametrize("context", ["all", "none"])
+def test_the_entries_floor_builds_what_the_cells_ring_keeps(cpu, context: str) -> None:
+    """``cpu_floor``'s ``entries`` reference, a bound on any writer that builds its trace in the
+    cell, builds as many entries as the cell's ring keeps, in time order, allocations and frees
+    alike: a bound on less work would flatter the cell."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_cpu_floor as floor
+    from common import BARE, BARE_TRACER
+
+    ring, loop = 2_000, floor.loop(3_000, 4)
+    cpu.run_cell(f"%%memsnap context={context} max_entries={ring}\n" + loop).raise_error()
+    wait_for_writes()
+    trace = load_snapshot(session().intervals[-1].path)["device_traces"][0]
+    ours = [e for e in trace if e["action"] in ("alloc", "free_completed")]
+    cpu.user_ns["_RING"] = ring
+    end = floor.ENTRIES_END if context == "all" else floor.FLAT_ENTRIES_END
+    cpu.run_cell((BARE_TRACER if context == "all" else BARE) + loop + end).raise_error()
+    built = cpu.user_ns.pop("_held")[-1]
+    assert len(built) == len(ours) > ring // 3
+    assert [e["action"] for e in built] == [e["action"] for e in ours]  # the loop's alternation, as the cell saw it
+    times = [e["time_us"] for e in built]
+    assert times == sorted(times)
+    assert all(set(e) == {"action", "addr", "size", "stream", "time_us"} and e["size"] == 16 for e in built)
