@@ -4,6 +4,7 @@ trace one pass would have built: entry for entry, labelled and stamped alike, wi
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 
 import numpy as np
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 from memsnap_magic.files.compact import Compact, complete, entries, expand
 from memsnap_magic.files.layout import stamp
+from memsnap_magic.files.pending import Pending
 from memsnap_magic.recording.backends.cpu.history import History
 from memsnap_magic.results.intervals import digest
 from memsnap_magic.results.labels import Roles, label_snapshot
+from memsnap_magic.results.pairing import column
 
 BASE = 0x7F00_0000_0000
 ROLES = ("parameter", "gradient", "optimizer_state")
@@ -51,12 +54,16 @@ def histories(draw):
     return live_start, events, live_end, died, roles, t
 
 
-def snapshot(history_args, max_entries: int, segments: bool, compact: bool, mark: str | None = None) -> dict:
+def snapshot(
+    history_args, max_entries: int, segments: bool, compact: bool, mark: str | None = None, lazy: bool = False
+) -> dict:
     live_start, events, live_end, died, _, t = history_args
     history = History(max_entries, dict(live_start))
     history.add_events(events)
     end_us = t // 1000 + 7
-    return history.snapshot(dict(live_end), end_us, max_entries, segments, died=dict(died), compact=compact, mark=mark)
+    return history.snapshot(
+        dict(live_end), end_us, max_entries, segments, died=dict(died), compact=compact, mark=mark, lazy=lazy
+    )
 
 
 def groups(entry: dict, segments: bool) -> list[dict]:
@@ -83,11 +90,12 @@ def test_the_ring_keeps_the_newest_entries_of_the_whole_trace(args, max_entries,
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(), st.integers(1, 120), st.booleans(), st.booleans())
-def test_labels_marks_and_digest_are_those_of_the_whole_trace(args, max_entries, labelled, two_marks):
+@given(histories(), st.integers(1, 120), st.booleans(), st.booleans(), st.booleans())
+def test_labels_marks_and_digest_are_those_of_the_whole_trace(args, max_entries, labelled, two_marks, lazy):
     *_, roles, t = args
     # one step's mark is given as the entries are built (the recorder's way); two, by stamp
-    compact = snapshot(args, max_entries, True, compact=True, mark=None if two_marks else "memsnap step 1")
+    mark = None if two_marks else "memsnap step 1"
+    compact = snapshot(args, max_entries, True, compact=True, mark=mark, lazy=lazy)
     whole = snapshot(args, max_entries, True, compact=False)
     marks = [(0, "memsnap step 1")] + ([(t // 1000 // 2, "memsnap step 2")] if two_marks else [])
     for snap in (compact, whole):
@@ -124,3 +132,78 @@ def test_a_compact_trace_is_never_pickled_as_one_and_is_written_complete(tmp_pat
         "segment_alloc",
         "alloc",
     ]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.integers(1, 120), st.booleans(), st.sampled_from([None, "memsnap step 3"]))
+def test_a_trace_left_to_build_reads_as_the_built_one_and_builds_it(args, max_entries, segments, mark):
+    """What the digest reads of a ``Pending`` trace (columns, single entries) is what it would
+    read of the trace built at once; it stays unbuilt through the digest; built, it is that trace."""
+    eager = snapshot(args, max_entries, segments, compact=True, mark=mark)
+    lazy = snapshot(args, max_entries, segments, compact=True, mark=mark, lazy=True)
+    built, pending = eager["device_traces"][0], lazy["device_traces"][0]
+    assert type(built) is Compact
+    assert len(pending) == len(built) and entries(pending) == entries(built) and bool(pending) == bool(built)
+    if type(pending) is Pending:
+        for key, default, dtype in (("action", None, object), ("size", 0, np.int64), ("addr", 0, np.int64)):
+            assert column(pending, key, default, dtype).tolist() == column(built, key, default, dtype).tolist()
+        assert column(pending, "time_us", -1).tolist() == column(built, "time_us", -1).tolist()
+        for i in [*range(len(built)), -1]:
+            assert dict(pending[i]) == built[i]
+            with pytest.raises(TypeError):  # read-only: a change made there would be lost
+                pending[i]["category"] = "x"  # type: ignore[index]
+        assert plain(digest(lazy)) == plain(digest(eager))
+        assert not pending.ready  # the digest read columns and single entries only
+    complete(lazy)
+    complete(eager)
+    assert lazy == eager
+
+
+def test_a_trace_left_to_build_builds_on_any_other_read_or_an_entry_appended():
+    events = [(1000 * i, BASE + 64 * (i % 5), 16 if i % 2 == 0 else -16) for i in range(1, 11)]
+    args = ({}, events, {}, {}, Roles(), 11_000)
+    for touch in (list, lambda t: t[1:], lambda t: t.append({"action": "oom", "size": 1, "time_us": 99})):
+        trace = snapshot(args, 100, True, compact=True, mark="memsnap step 1", lazy=True)["device_traces"][0]
+        assert type(trace) is Pending and not trace.ready
+        touch(trace)
+        assert trace.ready
+    assert trace[-1]["action"] == "oom" and len(trace) == 11
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**12), st.integers(0, 2**47), st.integers(-4096, 4096).filter(bool)), max_size=30
+    ),
+    st.lists(st.integers(0, 29), max_size=4),
+    st.integers(0, 3),
+    st.integers(1, 100),
+    st.booleans(),
+)
+def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(events, framed, frees, max_entries, segments):
+    """``Pending`` against the list it stands for (its entries built at once, frames given, the
+    frees after them, then ``newest_entries``): same entries, same cut, same columns."""
+    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries
+    from memsnap_magic.recording.backends.cpu.history import block_entries
+
+    times, ptrs, sizes = (list(c) for c in zip(*events)) if events else ([], [], [])
+    stacks = {i: [{"filename": "x.py", "line": i, "name": "f"}] for i in framed if i < len(events)}
+    tail = [freed(BASE + i, 8 * (i + 1), 10**9 + i, "memsnap step 2") for i in range(frees)]
+    build = functools.partial(block_entries, mark="memsnap step 2")
+    whole = build(times, ptrs, sizes)
+    for i, frames in stacks.items():
+        whole[i]["frames"] = frames
+    expected = newest_entries(whole + [dict(e) for e in tail], max_entries, segments)
+    pending = Pending(list(times), list(ptrs), list(sizes), build)
+    pending.frames.update(stacks)
+    for e in tail:
+        pending.append(dict(e))
+    kept = newest_entries(pending, max_entries, segments)
+    assert len(kept) == len(expected) and entries(kept) == entries(expected)
+    if type(kept) is Pending:
+        assert [dict(kept[i]) for i in range(len(kept))] == expected
+        assert column(kept, "action", None, object).tolist() == [e["action"] for e in expected]
+        assert column(kept, "size", 0).tolist() == [e["size"] for e in expected]
+        kept = kept.built()
+    assert kept == expected and expand(kept) == expand(expected)
+    assert (kept.cut_first, kept.companions, kept.segments) == (expected.cut_first, expected.companions, segments)

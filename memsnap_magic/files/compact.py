@@ -12,7 +12,7 @@ companions. The completed trace is the one a single pass would have built, entry
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 
 class Compact(list):  # type: ignore[type-arg]
@@ -33,9 +33,43 @@ class Compact(list):  # type: ignore[type-arg]
         raise TypeError("a Compact trace is written completed: compact.complete(snapshot) first")
 
 
-def entries(trace: list[dict[str, Any]]) -> int:
-    """How many entries ``trace`` holds once completed."""
-    return len(trace) + trace.companions if type(trace) is Compact else len(trace)
+def ring_cut(
+    n: int, allocs: int, action_at: Callable[[int], Any], max_entries: int, segments: bool
+) -> tuple[int, int, int]:
+    """Where the ring cuts a trace of ``n`` block entries (``allocs`` of them allocations;
+    ``action_at(i)``: entry i's action) whose completed form holds the newest ``max_entries``:
+    ``(first, cut, companions)``: the first entry kept, how many of its group's completed entries
+    are cut, and how many entries completing the kept ones adds."""
+    alloc_group, free_group = (2, 3) if segments else (1, 2)
+    total = free_group * n - (free_group - alloc_group) * allocs
+    first, cut = 0, max(total - max_entries, 0)
+    while cut and first < n:  # groups wholly older than the window
+        size = alloc_group if action_at(first) == "alloc" else free_group
+        if cut < size:
+            break
+        cut -= size
+        first += 1
+    return first, cut, total - max(total - max_entries, 0) - (n - first)
+
+
+def cut_head(kept: Compact, cut: int) -> None:
+    """The kept trace's first entry, whose group the ring cut by ``cut`` entries: where that
+    leaves a free's ``segment_free`` alone, the entry becomes it; else what came before it in
+    its group is not written (``cut_first``)."""
+    if not cut:
+        return
+    head = kept[0]
+    if kept.segments and head["action"] == "free_completed" and cut == 2:
+        kept[0] = {**head, "action": "segment_free"}
+    else:
+        kept.cut_first = True
+
+
+def entries(trace: Any) -> int:
+    """How many entries ``trace`` (a list, a ``Compact`` or a ``pending.Pending``) holds once completed."""
+    from .pending import Pending  # here: it builds on this module
+
+    return len(trace) + trace.companions if type(trace) is Compact or type(trace) is Pending else len(trace)
 
 
 def expand(trace: Compact) -> list[dict[str, Any]]:
@@ -61,11 +95,16 @@ def expand(trace: Compact) -> list[dict[str, Any]]:
     return out
 
 
-def complete(snap: dict[str, Any]) -> None:
-    """Write the companions into every ``Compact`` trace of ``snap``, in place."""
+def complete(snap: dict[str, Any], pause: Callable[[], None] | None = None) -> None:
+    """Write the companions into every ``Compact`` trace of ``snap`` (a ``Pending`` one built
+    first, with ``pause`` between slices), in place."""
+    from .pending import Pending
+
     traces = snap.get("device_traces")
     if type(traces) is list:
         for i, trace in enumerate(traces):
+            if type(trace) is Pending:
+                trace = trace.built(pause)
             if type(trace) is Compact:
                 traces[i] = expand(trace)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.errors import SnapshotError
 from .compact import Compact
+from .pending import Pending
 from .schema import MAX_INDEX
 
 LAYOUT = "<out>/step<N>/<tag>_rank<R>_pid<P>-<token>.pickle"  # where snapshot_path puts a step, in words
@@ -114,7 +115,9 @@ def stamp(snap: dict[str, Any], index: int, marks: list[tuple[int, str]]) -> Non
     order (several where a ``clear=false`` history went on): an entry takes the mark of the last
     step begun by its time. One string object per step: the pickle stores each once."""
     trace = snap["device_traces"][index]
-    if type(trace) is Compact and trace.marked:  # built marked: only what was added since
+    if type(trace) in (Compact, Pending) and trace.marked:  # built marked: only what was added since
+        if trace.marked >= len(trace):  # a trace still to build (``pending``) stays so
+            return
         trace = trace[trace.marked :]
     if len(marks) == 1:  # one step: every entry is its
         mark = marks[0][1]

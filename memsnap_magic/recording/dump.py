@@ -16,6 +16,7 @@ from ..core.devices import trace_index
 from ..core.names import shown_path
 from ..core.warn import warn
 from ..files import layout, snapshot
+from ..files.compact import complete
 from ..files.layout import snapshot_path, step_mark
 from ..files.meta import META_KEY, Meta, exception_name
 from ..files.writer import WRITER, Done
@@ -266,6 +267,7 @@ def write_files(
     from ..files import summaries  # here: numpy loads with the first dump, not with %load_ext
 
     try:
+        complete(snap, pause=WRITER.checkpoint)  # the entries left to build, a slice at a time
         if trim:
             stacks.keep_user_frames(snap)
         _all_cells(snap)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..files.compact import entries
+from ..files.pending import Pending
 from ..files.schema import INT64
 from .measures import Figures
 from .pairing import SPARSE, addresses, by_address, column, end_blocks, sorted_contains
@@ -42,7 +43,7 @@ class Summary(Figures):
     peak_index: int = -1  # index into the arrays; -1: the baseline
     # per replayed event: +1 alloc / -1 free, requested size, index of its trace entry
     events: tuple[np.ndarray, np.ndarray, np.ndarray] = field(default=(_EMPTY, _EMPTY, _EMPTY), repr=False)
-    trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    trace: list[dict[str, Any]] | Pending = field(default_factory=list, repr=False)  # Pending: see files.pending
     segments: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the snapshot's end state
     ooms: np.ndarray = field(default_factory=lambda: _EMPTY, repr=False)  # the trace's ``oom`` entries
     requested_sizes: bool = True  # False: an old file whose end state gives only rounded sizes
@@ -82,6 +83,9 @@ class Summary(Figures):
 
     def times_at(self, index: np.ndarray) -> np.ndarray:
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
+        if type(self.trace) is Pending:  # its times are a column already
+            held: np.ndarray = self.time_us[index]
+            return held
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
         if not all(type(t) is int and 0 <= t < INT64 for t in times):  # missing (old traces) or not a time
@@ -90,7 +94,7 @@ class Summary(Figures):
         return np.asarray(times, dtype=np.int64)
 
 
-def _times(trace: list[dict[str, Any]]) -> np.ndarray:
+def _times(trace: list[dict[str, Any]] | Pending) -> np.ndarray:
     """Every entry's ``time_us``; -1 where an entry has none, or something that is not a time."""
     try:
         t = column(trace, "time_us", -1)

@@ -13,9 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from ..files.pending import Pending
 
-def column(trace: list[dict[str, Any]], key: str, default: Any, dtype: Any = np.int64) -> np.ndarray:
-    """One field of every entry, read at C speed (``itemgetter`` mapped over the list)."""
+
+def column(trace: list[dict[str, Any]] | Pending, key: str, default: Any, dtype: Any = np.int64) -> np.ndarray:
+    """One field of every entry, read at C speed (``itemgetter`` mapped over the list); a trace
+    whose entries are still to build (``files.pending``) gives its column as it holds it."""
+    if type(trace) is Pending:
+        held = trace.column(key)
+        if held is not None:
+            return held if dtype is object else held.astype(dtype, copy=False)
     n = len(trace)
     try:
         return np.fromiter(map(itemgetter(key), trace), dtype=dtype, count=n)
@@ -27,9 +34,9 @@ def column(trace: list[dict[str, Any]], key: str, default: Any, dtype: Any = np.
 SPARSE = 8
 
 
-def addresses(trace: list[dict[str, Any]], entries: np.ndarray) -> np.ndarray:
+def addresses(trace: list[dict[str, Any]] | Pending, entries: np.ndarray) -> np.ndarray:
     """``addr`` of some trace entries (alloc and free entries always carry one)."""
-    if len(entries) > len(trace) // SPARSE:
+    if len(entries) > len(trace) // SPARSE or type(trace) is Pending:
         picked: np.ndarray = column(trace, "addr", 0)[entries]
         return picked.astype(np.uint64)
     rows = map(trace.__getitem__, entries.tolist())

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files.pending import built
 from .analysis import Summary, summarize
 
 NO_SITE = -1  # an allocation without frames (under 1 KiB on the CPU route, say)
@@ -152,7 +153,7 @@ def read_recording(snap: dict[str, Any], value: float, names: Interner, device: 
     s = summarize(snap, device)
     sign, size, entry = s.events
     n = len(sign)
-    trace = s.trace
+    trace = built(s.trace)  # its entries' dicts: categories and frames
     allocs = np.flatnonzero(sign > 0)
     rows = list(map(trace.__getitem__, entry[allocs].tolist()))  # the allocations' entries, read once
     addr = _addresses(trace, rows, entry, allocs, sign)

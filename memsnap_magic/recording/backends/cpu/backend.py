@@ -197,7 +197,13 @@ class CpuBackend(Backend):
         gone = self._watch.gone(hidden)
         live_end = {**{p: n for p, n in hidden.items() if p not in gone}, **walked}
         snap = self._history.snapshot(
-            live_end, time.time_ns() // 1000, self._max_entries, died=self._died, compact=True, mark=mark
+            live_end,
+            time.time_ns() // 1000,
+            self._max_entries,
+            died=self._died,
+            compact=True,
+            mark=mark,
+            lazy=mark is not None,  # a step's own: its entries are built by the writer (``files.pending``)
         )
         self.freed_unseen = self._history.freed_unseen
         blocks = [b for seg in snap["segments"] for b in seg["blocks"]]

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ....files.compact import Compact
+from ....files.compact import Compact, cut_head, ring_cut
 from ....files.layout import MARK_KEY
+from ....files.pending import Pending
 
 _ACTION = itemgetter("action")
 
@@ -124,30 +125,21 @@ def freed(
     return entry
 
 
-def newest_entries(trace: list[dict[str, Any]], max_entries: int, segments: bool) -> Compact:
+def newest_entries(trace: list[dict[str, Any]] | Pending, max_entries: int, segments: bool) -> Compact | Pending:
     """The block entries whose groups (an allocation: ``segment_alloc``, ``alloc``; a free:
     ``free_requested``, ``free_completed``, ``segment_free``; without ``segments`` none of the
-    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``.
-    A group the cut runs through keeps its newer entries: where that leaves a free's
-    ``segment_free`` alone, it is in the list itself."""
-    alloc_group, free_group = (2, 3) if segments else (1, 2)
-    total = free_group * len(trace) - (free_group - alloc_group) * countOf(map(_ACTION, trace), "alloc")
-    first, cut = 0, max(total - max_entries, 0)
-    while cut and first < len(trace):  # groups wholly older than the window
-        size = alloc_group if trace[first]["action"] == "alloc" else free_group
-        if cut < size:
-            break
-        cut -= size
-        first += 1
+    segment events) hold the newest ``max_entries`` entries of the completed trace, as a ``Compact``
+    (a ``Pending`` one kept as such). A group the cut runs through keeps its newer entries: where
+    that leaves a free's ``segment_free`` alone, it is in the list itself (``compact.cut_head``)."""
+    if type(trace) is Pending:
+        return trace.keep_newest(max_entries, segments)
+    first, cut, companions = ring_cut(
+        len(trace), countOf(map(_ACTION, trace), "alloc"), lambda i: trace[i]["action"], max_entries, segments
+    )
     kept = Compact(trace[first:])
     kept.segments = segments
-    kept.companions = total - max(total - max_entries, 0) - len(kept)
-    if cut:
-        head = kept[0]
-        if segments and head["action"] == "free_completed" and cut == 2:  # its segment_free alone
-            kept[0] = {**head, "action": "segment_free"}
-        else:
-            kept.cut_first = True
+    kept.companions = companions
+    cut_head(kept, cut)
     return kept
 
 

@@ -15,6 +15,7 @@ older reader; the tests compare them, with and without the tracer).
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ....core.nogc import no_gc
 from ....files.compact import expand
 from ....files.layout import MARK_KEY
+from ....files.pending import Pending, built
 from .entries import (
     Window,
     freed,
@@ -187,6 +189,7 @@ class History:
         died: dict[int, int] | None = None,
         compact: bool = False,
         mark: str | None = None,
+        lazy: bool = False,
     ) -> dict[str, Any]:
         """PyTorch-schema snapshot: the newest ``max_entries`` entries and the live blocks at the end.
 
@@ -198,6 +201,8 @@ class History:
         ``compact``: the trace is a ``Compact`` of the block entries, its companions written by
         ``files.compact.complete`` (before the file is written); else it is complete. ``mark``: the
         ``user_metadata`` of every entry (``files.layout.stamp``'s, given here where one step is held).
+        ``lazy`` (with ``compact``): the usual window's entries are left to build (``files.pending``):
+        the digest reads their columns, the writer builds them.
         """
         t, live_start = self.tables, self.live_start
         # Baseline blocks freed without a report: their address was allocated anew inside the
@@ -228,40 +233,24 @@ class History:
         }
         stacks = self.stacks.window_frames(window_start) if self.stacks is not None else {}
         # The block entries only (an allocation's ``alloc``, a free's ``free_completed``): their
-        # companions are copies of them (``compact``). Entries are written out here, each dict
-        # whole at once, its step's ``mark`` included: a key added later grows every dict (a
-        # stamping pass cost a third of the build), a call per entry was half of it.
-        m = MARK_KEY
+        # companions are copies of them (``compact``). Each is made with its step's ``mark``
+        # (``block_entries``); in the usual window, as columns first (``files.pending``).
+        trace: list[dict[str, Any]] | Pending
         if not (before or known or stacks):  # the usual window: nothing to insert or correct
             # the oldest events whose groups the ring drops whole (``newest_entries``) are not built
             skip = wholly_dropped(self.window, len(pending), max_entries, segment_events)
-            window = islice(self.window, skip, None) if skip else self.window
-            if mark is None:
-                trace = [
-                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000}
-                    if s > 0
-                    else {"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t_ns // 1000}
-                    for t_ns, p, s in window
-                ]
-            else:
-                trace = [
-                    {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000, m: mark}
-                    if s > 0
-                    else {
-                        "action": "free_completed",
-                        "addr": p,
-                        "size": -s,
-                        "stream": 0,
-                        "time_us": t_ns // 1000,
-                        m: mark,
-                    }
-                    for t_ns, p, s in window
-                ]
+            w = self.window
+            trace = Pending(
+                list(islice(w.times, skip, None)),
+                list(islice(w.ptrs, skip, None)),
+                list(islice(w.sizes, skip, None)),
+                functools.partial(block_entries, mark=mark),
+            )
             if self.stacks is not None:  # a start block's free carries the stack it was carried in with
                 for ptr, frames in self.stacks.start_frames.items():
                     index = t.first_index.get(ptr, -1)
                     if frames and index >= window_start + skip and t.first.get(ptr, 0) < 0:
-                        trace[index - window_start - skip]["frames"] = frames
+                        trace.frames[index - window_start - skip] = frames
         else:
             trace = []
             add = trace.append
@@ -292,7 +281,7 @@ class History:
                         }
                         opened[ptr] = made_in
                     if mark is not None:  # after the frames, as stamping put it
-                        alloc[m] = mark
+                        alloc[MARK_KEY] = mark
                     add(alloc)
                 else:
                     size = -size
@@ -310,6 +299,8 @@ class History:
             trace.append(freed(ptr, size, end_us, mark, self._start_frames(ptr)))
         kept = newest_entries(trace, max_entries, segment_events)
         kept.marked = len(kept) if mark is not None else 0
+        if not lazy:
+            kept = built(kept)
         blocks = {p: s for p, s in t.last.items() if s > 0}
         carried = set()
         for ptr, size in live_start.items():  # live throughout, as far as the events tell
@@ -321,7 +312,7 @@ class History:
             "segments": [
                 segment(ptr, size, block_frames(ptr, size, ptr in carried)) for ptr, size in sorted(blocks.items())
             ],
-            "device_traces": [kept if compact else expand(kept)],
+            "device_traces": [kept if compact else expand(built(kept))],
             "allocator_settings": {},
         }
 
@@ -338,3 +329,24 @@ def build_snapshot(
     history = History(max_entries, live_start)
     history.add_events(events)
     return history.snapshot(live_end, end_us, max_entries, segment_events)
+
+
+def block_entries(times: list[int], ptrs: list[int], sizes: list[int], mark: str | None) -> list[dict[str, Any]]:
+    """The block entries of events (times in ns, addresses, signed sizes), an ``alloc`` or a
+    ``free_completed`` each, with ``mark`` (a step's) where given. Each dict is written whole at
+    once, its mark included: a key added later grows every dict (a stamping pass cost a third of
+    the build), a call per entry was half of it."""
+    m = MARK_KEY
+    if mark is None:
+        return [
+            {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000}
+            if s > 0
+            else {"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t_ns // 1000}
+            for t_ns, p, s in zip(times, ptrs, sizes)
+        ]
+    return [
+        {"action": "alloc", "addr": p, "size": s, "stream": 0, "time_us": t_ns // 1000, m: mark}
+        if s > 0
+        else {"action": "free_completed", "addr": p, "size": -s, "stream": 0, "time_us": t_ns // 1000, m: mark}
+        for t_ns, p, s in zip(times, ptrs, sizes)
+    ]

@@ -1,0 +1,195 @@
+"""A CPU trace whose block entries are built after the cell: ``Pending``.
+
+The CPU route's trace is its ring's events, one dict each in PyTorch's schema. Building those
+dicts is most of what a cell of many small allocations spends beyond reading PyTorch's events
+(40,000 dicts: ~20 ms), yet while the user waits only the digest reads the trace, and it reads
+columns. So the recorder hands over the ring's events as columns; the digest reads them
+(``column``) and the few entries it shows (``[i]``, read-only); the background writer builds the
+dicts (``built``) just before the file is written. Whatever else reads it in the cell as a list
+(labels, an error's entry appended, a test) gets the built trace, the same one an eager build
+gives: the order, the keys, the ring's cut and the shared frame lists.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable
+
+from .compact import Compact, cut_head, ring_cut
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Builds the block entries of (times in ns, addresses, signed sizes: > 0 an allocation) events
+Build = Callable[[list[int], list[int], list[int]], list[dict[str, Any]]]
+SLICE = 8192  # entries built between two pauses of the writer
+
+
+class Pending:
+    """The block entries of a CPU trace as columns (``times`` in ns, ``ptrs``, signed ``sizes``),
+    with ``frames`` given to some of them (index -> frame list) and ``tail``: entries after them
+    (frees placed at the end). ``keep_newest`` takes the ring's cut; ``built`` the ``Compact`` an
+    eager build gives. ``segments``, ``companions`` and ``marked`` as ``Compact``'s."""
+
+    segments: bool = True
+    companions: int = 0
+    marked: int = 0
+
+    def __init__(self, times: list[int], ptrs: list[int], sizes: list[int], build: Build) -> None:
+        self._times, self._ptrs, self._sizes, self._build = times, ptrs, sizes, build
+        self.frames: dict[int, list[dict[str, Any]]] = {}
+        self.tail: list[dict[str, Any]] = []
+        self._first: int | None = None  # the first block entry the ring keeps, once cut
+        self._cut = 0
+        self._built: Compact | None = None
+        self._columns: dict[str, np.ndarray] = {}  # what ``column`` gave
+        self._arrays: dict[str, np.ndarray] = {}  # the block entries' fields as read (``_array``)
+
+    # --- the ring --------------------------------------------------------------------------
+
+    def keep_newest(self, max_entries: int, segments: bool) -> Compact | Pending:
+        """Cut as ``newest_entries`` cuts a list; itself, or where the cut reaches past the block
+        entries (a ring of a few entries) the built ``Compact``."""
+        blocks = len(self._sizes)
+        allocs = int((self._array("size") > 0).sum())
+        first, cut, companions = ring_cut(blocks + len(self.tail), allocs, self._action, max_entries, segments)
+        self._first, self._cut, self.segments, self.companions = first, cut, segments, companions
+        if first >= blocks:
+            return self.built()
+        return self
+
+    def _action(self, i: int) -> Any:
+        blocks = len(self._sizes)
+        return ("alloc" if self._sizes[i] > 0 else "free_completed") if i < blocks else self.tail[i - blocks]["action"]
+
+    # --- building --------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether its entries are built (then it answers as the built list)."""
+        return self._built is not None
+
+    def built(self, pause: Callable[[], None] | None = None) -> Compact:
+        """The trace as a list, built once (``pause`` called between slices: the writer's
+        checkpoints); what it is from then on."""
+        if self._built is None:
+            first = self._first or 0
+            entries: list[dict[str, Any]] = []
+            for lo in range(first, len(self._sizes), SLICE):
+                if pause is not None:
+                    pause()
+                hi = min(lo + SLICE, len(self._sizes))
+                entries += self._build(self._times[lo:hi], self._ptrs[lo:hi], self._sizes[lo:hi])
+            for i, frames in self.frames.items():
+                if i >= first:
+                    entries[i - first]["frames"] = frames
+            kept = Compact(entries + self.tail[max(first - len(self._sizes), 0) :])
+            kept.segments, kept.companions, kept.marked = self.segments, self.companions, self.marked
+            if self._first is not None:
+                cut_head(kept, self._cut)
+            self._built = kept
+            del self._times, self._ptrs, self._sizes, self._columns, self._arrays
+        return self._built
+
+    def _entry(self, i: int) -> dict[str, Any]:
+        """Entry ``i`` of the kept trace, built alone (a copy: changing it changes nothing)."""
+        first = self._first or 0
+        j = first + i
+        if j >= len(self._sizes):
+            return self.tail[j - len(self._sizes)]
+        entry = self._build([self._times[j]], [self._ptrs[j]], [self._sizes[j]])[0]
+        if j in self.frames:
+            entry["frames"] = self.frames[j]
+        if i == 0 and self._cut == 2 and self.segments and entry["action"] == "free_completed":
+            entry["action"] = "segment_free"  # as ``cut_head`` makes it
+        return entry
+
+    # --- what the digest reads -------------------------------------------------------------
+
+    def column(self, key: str) -> np.ndarray | None:
+        """``key`` of every kept entry, as ``results.pairing.column`` reads it from dicts (action
+        as objects, sizes unsigned, times in µs); None for another key, or once built (then the
+        list answers)."""
+        if self._built is not None or key not in _KEYS:
+            return None
+        found = self._columns.get(key)
+        if found is None:
+            found = self._columns[key] = self._read(key)
+        return found
+
+    def _array(self, name: str) -> np.ndarray:
+        """Every block entry's ``size`` (signed), ``addr`` or ``time`` (ns), as read, before the cut."""
+        import numpy as np
+
+        found = self._arrays.get(name)
+        if found is None:
+            held = {"size": self._sizes, "addr": self._ptrs, "time": self._times}[name]
+            found = self._arrays[name] = np.fromiter(held, np.int64, len(held))
+        return found
+
+    def _read(self, key: str) -> np.ndarray:
+        import numpy as np
+
+        first = self._first or 0
+        if key == "action":
+            blocks = _actions()[(self._array("size")[first:] > 0).view(np.int8)]
+            if len(blocks) and self._cut == 2 and self.segments and blocks[0] == "free_completed":
+                blocks[0] = "segment_free"
+            tail = np.array([e["action"] for e in self.tail], dtype=object)
+        elif key == "size":
+            blocks = np.abs(self._array("size")[first:])
+            tail = np.array([e["size"] for e in self.tail], dtype=np.int64)
+        elif key == "addr":
+            blocks = self._array("addr")[first:]
+            tail = np.array([e["addr"] for e in self.tail], dtype=np.int64)
+        else:
+            blocks = self._array("time")[first:] // 1000
+            tail = np.array([e["time_us"] for e in self.tail], dtype=np.int64)
+        return np.concatenate([blocks, tail]) if len(tail) else blocks
+
+    # --- a list, for everything else -------------------------------------------------------
+
+    def __len__(self) -> int:
+        if self._built is not None:
+            return len(self._built)
+        return len(self._sizes) - (self._first or 0) + len(self.tail)
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._built is not None or type(i) is not int:
+            return self.built()[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("trace index out of range")
+        return MappingProxyType(self._entry(i % n))  # read-only: a change would be lost
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.built())
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Before the ring's cut, an entry after the block entries; after it, built first."""
+        if self._first is None and self._built is None:
+            self.tail.append(entry)
+        else:
+            self.built().append(entry)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a Pending trace is written completed: compact.complete(snapshot) first")
+
+
+_KEYS = ("action", "size", "addr", "time_us")
+
+
+@functools.cache
+def _actions() -> np.ndarray:
+    """Each block entry's action by whether it allocates (0, 1), as objects (made at the first
+    digest: numpy does not load at ``%load_ext``)."""
+    import numpy as np
+
+    return np.array(["free_completed", "alloc"], dtype=object)
+
+
+def built(trace: Any) -> Any:
+    """``trace`` as a list: a ``Pending`` one built, any other as it is."""
+    return trace.built() if type(trace) is Pending else trace
