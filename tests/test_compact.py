@@ -179,11 +179,18 @@ def test_a_trace_left_to_build_builds_on_any_other_read_or_an_entry_appended():
     st.integers(0, 3),
     st.integers(1, 100),
     st.booleans(),
+    st.booleans(),
 )
-def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(events, framed, frees, max_entries, segments):
+def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(
+    events, framed, frees, max_entries, segments, nodes
+):
     """``Pending`` against the list it stands for (its entries built at once, frames given, the
-    frees after them, then ``newest_entries``): same entries, same cut, same columns."""
-    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries
+    frees after them, then ``newest_entries``): same entries, same cut, same columns; its times
+    given as ints, or (``nodes``) as what they are read from, as a session without the tracer
+    gives them."""
+    from types import SimpleNamespace
+
+    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries, times_ns
     from memsnap_magic.recording.backends.cpu.history import block_entries
 
     times, ptrs, sizes = (list(c) for c in zip(*events)) if events else ([], [], [])
@@ -194,7 +201,10 @@ def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(events, f
     for i, frames in stacks.items():
         whole[i]["frames"] = frames
     expected = newest_entries(whole + [dict(e) for e in tail], max_entries, segments)
-    pending = Pending(list(times), list(ptrs), list(sizes), build)
+    if nodes:
+        pending = Pending([SimpleNamespace(start_time_ns=t) for t in times], list(ptrs), list(sizes), build, times_ns)
+    else:
+        pending = Pending(list(times), list(ptrs), list(sizes), build)
     pending.frames.update(stacks)
     for e in tail:
         pending.append(dict(e))
@@ -204,6 +214,9 @@ def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(events, f
         assert [dict(kept[i]) for i in range(len(kept))] == expected
         assert column(kept, "action", None, object).tolist() == [e["action"] for e in expected]
         assert column(kept, "size", 0).tolist() == [e["size"] for e in expected]
+        every = np.arange(len(expected))
+        assert kept.times_of(every[::-1]).tolist() == [e["time_us"] for e in expected][::-1]
+        assert column(kept, "time_us", -1).tolist() == [e["time_us"] for e in expected]
         kept = kept.built()
     assert kept == expected and expand(kept) == expand(expected)
     assert (kept.cut_first, kept.companions, kept.segments) == (expected.cut_first, expected.companions, segments)

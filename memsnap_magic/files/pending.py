@@ -37,8 +37,17 @@ class Pending:
     companions: int = 0
     marked: int = 0
 
-    def __init__(self, times: list[int], ptrs: list[int], sizes: list[int], build: Build) -> None:
+    def __init__(
+        self,
+        times: list[Any],
+        ptrs: list[int],
+        sizes: list[int],
+        build: Build,
+        read_times: Callable[[list[Any]], list[int]] | None = None,
+    ) -> None:
         self._times, self._ptrs, self._sizes, self._build = times, ptrs, sizes, build
+        # ``times`` as given may be what each time is read from (``read_times``): read when needed
+        self._read_times = read_times
         self.frames: dict[int, list[dict[str, Any]]] = {}
         self.tail: list[dict[str, Any]] = []
         self._first: int | None = None  # the first block entry the ring keeps, once cut
@@ -81,7 +90,7 @@ class Pending:
                 if pause is not None:
                     pause()
                 hi = min(lo + SLICE, len(self._sizes))
-                entries += self._build(self._times[lo:hi], self._ptrs[lo:hi], self._sizes[lo:hi])
+                entries += self._build(self._ns(self._times[lo:hi]), self._ptrs[lo:hi], self._sizes[lo:hi])
             for i, frames in self.frames.items():
                 if i >= first:
                     entries[i - first]["frames"] = frames
@@ -93,13 +102,32 @@ class Pending:
             del self._times, self._ptrs, self._sizes, self._columns, self._arrays
         return self._built
 
+    def _ns(self, times: list[Any]) -> list[int]:
+        return self._read_times(times) if self._read_times is not None else times
+
+    def times_of(self, index: np.ndarray) -> np.ndarray:
+        """``time_us`` of the kept entries at ``index``, reading only theirs (a digest's timeline
+        asks for ~2,000 of them)."""
+        import numpy as np
+
+        if self._built is not None:
+            return _times_of(self._built, index)
+        if self._read_times is None:
+            picked: np.ndarray = self._read("time_us")[index]
+            return picked
+        first, blocks = self._first or 0, len(self._sizes)
+        at = [first + i for i in index.tolist()]
+        read = iter(self._ns([self._times[j] for j in at if j < blocks]))
+        times = [next(read) // 1000 if j < blocks else self.tail[j - blocks]["time_us"] for j in at]
+        return np.array(times, dtype=np.int64)
+
     def _entry(self, i: int) -> dict[str, Any]:
         """Entry ``i`` of the kept trace, built alone (a copy: changing it changes nothing)."""
         first = self._first or 0
         j = first + i
         if j >= len(self._sizes):
             return self.tail[j - len(self._sizes)]
-        entry = self._build([self._times[j]], [self._ptrs[j]], [self._sizes[j]])[0]
+        entry = self._build(self._ns([self._times[j]]), [self._ptrs[j]], [self._sizes[j]])[0]
         if j in self.frames:
             entry["frames"] = self.frames[j]
         if i == 0 and self._cut == 2 and self.segments and entry["action"] == "free_completed":
@@ -126,6 +154,7 @@ class Pending:
         found = self._arrays.get(name)
         if found is None:
             held = {"size": self._sizes, "addr": self._ptrs, "time": self._times}[name]
+            held = self._ns(held) if name == "time" else held
             found = self._arrays[name] = np.fromiter(held, np.int64, len(held))
         return found
 
@@ -188,6 +217,12 @@ def _actions() -> np.ndarray:
     import numpy as np
 
     return np.array(["free_completed", "alloc"], dtype=object)
+
+
+def _times_of(trace: Compact, index: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    return np.array([trace[i]["time_us"] for i in index.tolist()], dtype=np.int64)
 
 
 def built(trace: Any) -> Any:

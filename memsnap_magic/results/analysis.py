@@ -83,9 +83,8 @@ class Summary(Figures):
 
     def times_at(self, index: np.ndarray) -> np.ndarray:
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
-        if type(self.trace) is Pending:  # its times are a column already
-            held: np.ndarray = self.time_us[index]
-            return held
+        if type(self.trace) is Pending:  # its times are read where asked
+            return self.trace.times_of(self.events[2][index])
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
         if not all(type(t) is int and 0 <= t < INT64 for t in times):  # missing (old traces) or not a time

@@ -289,6 +289,7 @@ class CpuBackend(Backend):
             if not self._open:
                 self._namespace = None
         if self._open and keep:  # a clear=false chain goes on recording between cells
+            self._history.window.resolve()  # its nodes are freed with this session's results
             if not self._profiler.running and not _profiler_enabled():
                 self._profiler.start(stacks=self._history.stacks is not None)
             return

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from operator import countOf, itemgetter
+from operator import attrgetter, countOf, itemgetter
 from typing import Any
 
 import numpy as np
@@ -18,15 +18,35 @@ from ....files.pending import Pending
 _ACTION = itemgetter("action")
 
 
+_TIME = attrgetter("start_time_ns")
+
+
+def times_ns(items: list[Any]) -> list[int]:
+    """The times (ns) of a window's ``times`` items: an int each, or the event-tree node it is
+    read from (``Window.unread``)."""
+    return [t if type(t) is int else _TIME(t) for t in items]
+
+
 class Window:
     """The newest events of an interval, as three rings of one length: times (ns on the
     profiler's clock), addresses and signed sizes (> 0: an allocation). Columns, not a tuple per
-    event: the entries are built from them once, and a tuple each cost as much again."""
+    event: the entries are built from them once, and a tuple each cost as much again. ``unread``:
+    some times are still the event-tree nodes to read them from (a session without the tracer
+    gives its events in time order, so none is needed to place them): read by the writer as it
+    builds the entries, or by ``resolve`` before anything here reads them."""
 
     def __init__(self, maxlen: int, old: Window | None = None) -> None:
-        self.times: deque[int] = deque(old.times if old else (), maxlen)
+        self.times: deque[Any] = deque(old.times if old else (), maxlen)
         self.ptrs: deque[int] = deque(old.ptrs if old else (), maxlen)
         self.sizes: deque[int] = deque(old.sizes if old else (), maxlen)
+        self.unread: bool = old.unread if old else False
+
+    def resolve(self) -> None:
+        """Every time read: before one is read here, and before the history outlives the
+        session whose nodes it holds (a ``clear=false`` chain's)."""
+        if self.unread:
+            self.times = deque(times_ns(list(self.times)), self.times.maxlen)
+            self.unread = False
 
     @property
     def maxlen(self) -> int:
@@ -36,12 +56,14 @@ class Window:
         return len(self.ptrs)
 
     def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        self.resolve()
         return zip(self.times, self.ptrs, self.sizes)
 
-    def extend(self, times: Iterable[int], ptrs: Iterable[int], sizes: Iterable[int]) -> None:
+    def extend(self, times: Iterable[Any], ptrs: Iterable[int], sizes: Iterable[int], unread: bool = False) -> None:
         self.times.extend(times)
         self.ptrs.extend(ptrs)
         self.sizes.extend(sizes)
+        self.unread = self.unread or unread
 
 
 def silent_frees(
@@ -55,6 +77,7 @@ def silent_frees(
     storage died, where ``died`` (address -> time_ns on the profiler's clock) says so."""
     if not blocks:
         return {}, set()
+    window.resolve()
     n = len(window)
     times = np.fromiter(window.times, np.int64, n)
     sizes = np.fromiter(window.sizes, np.int64, n)

@@ -33,6 +33,7 @@ from .entries import (
     no_frames,
     segment,
     silent_frees,
+    times_ns,
     wholly_dropped,
 )
 from .events import columns, other_devices_may_allocate
@@ -41,7 +42,7 @@ from .frames import Stacks
 if TYPE_CHECKING:
     import numpy as np
 
-_PTR, _TIME, _DEVICE = attrgetter("ptr"), attrgetter("start_time_ns"), attrgetter("device")
+_PTR, _DEVICE = attrgetter("ptr"), attrgetter("device")
 _ACTION = itemgetter("action")
 _FEW_HITS = 16  # watched addresses met in one chunk up to which each is looked up by a scan of its own
 
@@ -158,10 +159,11 @@ class History:
         skip = in_tail - newest  # events of the oldest chunk older than the window
         if skip > 0:
             tail[0] = _Chunk(*(column[skip:] if column is not None else None for column in tail[0]))  # type: ignore[arg-type]
-        self.window.extend(
-            chain.from_iterable(c.times.tolist() if c.times is not None else map(_TIME, c.nodes) for c in tail),  # type: ignore[arg-type]
+        self.window.extend(  # a tree of allocations alone gave nodes: their times are read when needed
+            chain.from_iterable(c.times.tolist() if c.times is not None else c.nodes for c in tail),  # type: ignore[misc]
             chain.from_iterable(c.ptrs for c in tail),
             chain.from_iterable(c.sizes for c in tail),
+            unread=any(c.times is None for c in tail),
         )
         if self.stacks is not None:
             kept_sizes = list(chain.from_iterable(c.sizes for c in tail))
@@ -245,6 +247,7 @@ class History:
                 list(islice(w.ptrs, skip, None)),
                 list(islice(w.sizes, skip, None)),
                 functools.partial(block_entries, mark=mark),
+                times_ns if w.unread else None,
             )
             if self.stacks is not None:  # a start block's free carries the stack it was carried in with
                 for ptr, frames in self.stacks.start_frames.items():
