@@ -3,11 +3,11 @@
 Each CPU allocation is two trace entries and each free three: the ``alloc`` and ``free_completed``
 that carry its bytes, and ``segment_alloc``, ``free_requested`` and ``segment_free``, which only
 PyTorch's viewer reads (it replays blocks inside segments) and which repeat their block entry's
-fields. Figures, labels and marks read the block entries alone, so the CPU route builds only those
-(``Compact``) while the user waits, and ``complete`` writes the companions in just before the file
-is written, off the cell's critical path: 80,000 events are 200,000 dicts, 120,000 of them
-companions. The completed trace is the one a single pass would have built, entry for entry
-(``tests/test_compact.py`` holds the two together).
+fields. Figures, labels and marks read the block entries alone, so the CPU route keeps only those
+(``Compact``; a step's own are not even built while the user waits: ``pending``), and ``complete``
+writes the companions in just before the file is written, off the cell's critical path: 80,000
+events are 200,000 dicts, 120,000 of them companions. The completed trace is the one a single pass
+would have built, entry for entry (``tests/test_compact.py`` holds the two together).
 """
 
 from __future__ import annotations

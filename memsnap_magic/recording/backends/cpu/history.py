@@ -2,7 +2,8 @@
 
 A profiler session reports every allocation and free of the interval, and a tiny-op loop makes
 hundreds of thousands. Only the newest ``max_entries`` become trace entries, so only those are read
-in full (their times). Of every event the history keeps just what the end state needs (each
+in full (their times; without the tracer, read by the writer as it builds the entries after the
+cell: ``files.pending``). Of every event the history keeps just what the end state needs (each
 address's last event, and the first event at the addresses of the tensors live when the interval
 began), read with C-level passes (``map``/``attrgetter`` into dicts), a chunk of events at a time so the
 columns held at once stay bounded. With the Python tracer on, the allocations sit below call nodes
