@@ -106,12 +106,10 @@ class Pending:
         return self._read_times(times) if self._read_times is not None else times
 
     def times_of(self, index: np.ndarray) -> np.ndarray:
-        """``time_us`` of the kept entries at ``index``, reading only theirs (a digest's timeline
-        asks for ~2,000 of them)."""
+        """``time_us`` of the kept entries at ``index`` (not built yet), reading only theirs (a
+        digest's timeline asks for ~2,000 of them)."""
         import numpy as np
 
-        if self._built is not None:
-            return _times_of(self._built, index)
         if self._read_times is None:
             picked: np.ndarray = self._read("time_us")[index]
             return picked
@@ -217,12 +215,6 @@ def _actions() -> np.ndarray:
     import numpy as np
 
     return np.array(["free_completed", "alloc"], dtype=object)
-
-
-def _times_of(trace: Compact, index: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    return np.array([trace[i]["time_us"] for i in index.tolist()], dtype=np.int64)
 
 
 def built(trace: Any) -> Any:

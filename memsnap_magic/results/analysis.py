@@ -83,7 +83,7 @@ class Summary(Figures):
 
     def times_at(self, index: np.ndarray) -> np.ndarray:
         """``time_us`` of the replayed events at ``index``, without reading every entry."""
-        if type(self.trace) is Pending:  # its times are read where asked
+        if type(self.trace) is Pending and not self.trace.ready:  # its times are read where asked
             return self.trace.times_of(self.events[2][index])
         entries = self.events[2][index].tolist()
         times = [self.trace[i].get("time_us") for i in entries]
