@@ -36,7 +36,7 @@ SPARSE = 8
 
 def addresses(trace: list[dict[str, Any]] | Pending, entries: np.ndarray) -> np.ndarray:
     """``addr`` of some trace entries (alloc and free entries always carry one)."""
-    if len(entries) > len(trace) // SPARSE or type(trace) is Pending:
+    if len(entries) > len(trace) // SPARSE or (type(trace) is Pending and not trace.ready):  # columns it holds
         picked: np.ndarray = column(trace, "addr", 0)[entries]
         return picked.astype(np.uint64)
     rows = map(trace.__getitem__, entries.tolist())
