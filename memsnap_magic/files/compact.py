@@ -52,6 +52,12 @@ def ring_cut(
     return first, cut, total - max(total - max_entries, 0) - (n - first)
 
 
+def segment_free_left(segments: bool, action: Any, cut: int) -> bool:
+    """Whether the ring's cut of ``cut`` entries through the first kept group (its entry's
+    ``action``) leaves only that free's ``segment_free``: the entry is written as it."""
+    return segments and action == "free_completed" and cut == 2
+
+
 def cut_head(kept: Compact, cut: int) -> None:
     """The kept trace's first entry, whose group the ring cut by ``cut`` entries: where that
     leaves a free's ``segment_free`` alone, the entry becomes it; else what came before it in
@@ -59,7 +65,7 @@ def cut_head(kept: Compact, cut: int) -> None:
     if not cut:
         return
     head = kept[0]
-    if kept.segments and head["action"] == "free_completed" and cut == 2:
+    if segment_free_left(kept.segments, head["action"], cut):
         kept[0] = {**head, "action": "segment_free"}
     else:
         kept.cut_first = True

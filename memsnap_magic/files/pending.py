@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
-from .compact import Compact, cut_head, ring_cut
+from .compact import Compact, cut_head, ring_cut, segment_free_left
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,6 +52,7 @@ class Pending:
         self.tail: list[dict[str, Any]] = []
         self._first: int | None = None  # the first block entry the ring keeps, once cut
         self._cut = 0
+        self._segment_free_head = False  # the cut leaves the first kept entry its segment_free alone
         self._built: Compact | None = None
         self._columns: dict[str, np.ndarray] = {}  # what ``column`` gave
         self._arrays: dict[str, np.ndarray] = {}  # the block entries' fields as read (``_array``)
@@ -67,6 +68,7 @@ class Pending:
         self._first, self._cut, self.segments, self.companions = first, cut, segments, companions
         if first >= blocks:
             return self.built()
+        self._segment_free_head = segment_free_left(segments, self._action(first), cut)
         return self
 
     def _action(self, i: int) -> Any:
@@ -128,7 +130,7 @@ class Pending:
         entry = self._build(self._ns([self._times[j]]), [self._ptrs[j]], [self._sizes[j]])[0]
         if j in self.frames:
             entry["frames"] = self.frames[j]
-        if i == 0 and self._cut == 2 and self.segments and entry["action"] == "free_completed":
+        if i == 0 and self._segment_free_head:
             entry["action"] = "segment_free"  # as ``cut_head`` makes it
         return entry
 
@@ -162,7 +164,7 @@ class Pending:
         first = self._first or 0
         if key == "action":
             blocks = _actions()[(self._array("size")[first:] > 0).view(np.int8)]
-            if len(blocks) and self._cut == 2 and self.segments and blocks[0] == "free_completed":
+            if self._segment_free_head:
                 blocks[0] = "segment_free"
             tail = np.array([e["action"] for e in self.tail], dtype=object)
         elif key == "size":
