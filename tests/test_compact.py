@@ -190,7 +190,8 @@ def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(
     gives them."""
     from types import SimpleNamespace
 
-    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries, times_ns
+    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries
+    from memsnap_magic.recording.backends.cpu.events import times_ns
     from memsnap_magic.recording.backends.cpu.history import block_entries
 
     times, ptrs, sizes = (list(c) for c in zip(*events)) if events else ([], [], [])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from operator import attrgetter, countOf, itemgetter
+from operator import countOf, itemgetter
 from typing import Any
 
 import numpy as np
@@ -14,17 +14,9 @@ import numpy as np
 from ....files.compact import Compact, cut_head, ring_cut
 from ....files.layout import MARK_KEY
 from ....files.pending import Pending
+from .events import times_ns
 
 _ACTION = itemgetter("action")
-
-
-_TIME = attrgetter("start_time_ns")
-
-
-def times_ns(items: list[Any]) -> list[int]:
-    """The times (ns) of a window's ``times`` items: an int each, or the event-tree node it is
-    read from (``Window.unread``)."""
-    return [t if type(t) is int else _TIME(t) for t in items]
 
 
 class Window:

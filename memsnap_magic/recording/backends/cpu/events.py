@@ -24,6 +24,12 @@ _INSTANTS = [True]  # allocations report no duration (checked once per process: 
 _CHUNK = 1 << 16  # events read per pass: bounds the columns held at once
 
 
+def times_ns(items: list[Any]) -> list[int]:
+    """The times (ns) of a window's ``times`` items: an int each, or the event-tree node it is
+    read from (``entries.Window.unread``)."""
+    return [t if type(t) is int else _TIME(t) for t in items]
+
+
 def other_devices_may_allocate() -> bool:
     """Whether an accelerator in this process may have reported allocations to the profiler too
     (then each event's device is read; on a CPU-only process that would cost ~15% for nothing)."""

@@ -34,10 +34,9 @@ from .entries import (
     no_frames,
     segment,
     silent_frees,
-    times_ns,
     wholly_dropped,
 )
-from .events import columns, other_devices_may_allocate
+from .events import columns, other_devices_may_allocate, times_ns
 from .frames import Stacks
 
 if TYPE_CHECKING:
