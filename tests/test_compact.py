@@ -17,7 +17,7 @@ from memsnap_magic.files.layout import stamp
 from memsnap_magic.files.pending import Pending
 from memsnap_magic.recording.backends.cpu.history import History
 from memsnap_magic.results.intervals import digest
-from memsnap_magic.results.labels import Roles, label_snapshot
+from memsnap_magic.results.labels import Roles, label, label_snapshot
 from memsnap_magic.results.pairing import column
 
 BASE = 0x7F00_0000_0000
@@ -103,6 +103,8 @@ def test_labels_marks_and_digest_are_those_of_the_whole_trace(args, max_entries,
             label_snapshot(snap, 0, roles, t // 1000 + 7)
         stamp(snap, 0, marks)
     d_compact, d_whole = digest(compact), digest(whole)
+    if lazy and not two_marks and type(compact["device_traces"][0]) is Pending:
+        assert not compact["device_traces"][0].ready  # labelled, stamped and digested by its columns
     complete(compact)
     assert compact == whole
     assert plain(d_compact) == plain(d_whole)
@@ -159,15 +161,29 @@ def test_a_trace_left_to_build_reads_as_the_built_one_and_builds_it(args, max_en
     assert lazy == eager
 
 
-def test_a_trace_left_to_build_builds_on_any_other_read_or_an_entry_appended():
+def test_a_trace_left_to_build_builds_on_any_other_read_and_takes_an_entry_appended_as_it_is():
     events = [(1000 * i, BASE + 64 * (i % 5), 16 if i % 2 == 0 else -16) for i in range(1, 11)]
     args = ({}, events, {}, {}, Roles(), 11_000)
-    for touch in (list, lambda t: t[1:], lambda t: t.append({"action": "oom", "size": 1, "time_us": 99})):
+    for touch in (list, lambda t: t[1:], lambda t: t[-3:]):
         trace = snapshot(args, 100, True, compact=True, mark="memsnap step 1", lazy=True)["device_traces"][0]
         assert type(trace) is Pending and not trace.ready
         touch(trace)
         assert trace.ready
-    assert trace[-1]["action"] == "oom" and len(trace) == 11
+    # an entry appended (an error's oom, the labels' marker) goes after the others, the ring's cut
+    # not taken again, as on a built trace; what was read of the columns before is not read again
+    for max_entries in (100, 9):
+        eager = snapshot(args, max_entries, True, compact=True, mark="memsnap step 1")["device_traces"][0]
+        trace = snapshot(args, max_entries, True, compact=True, mark="memsnap step 1", lazy=True)["device_traces"][0]
+        assert column(trace, "addr", 0).tolist() == column(eager, "addr", 0).tolist()
+        oom = {"action": "oom", "size": 1, "time_us": 99}
+        for t in (trace, eager):
+            t.append(dict(oom))
+            assert t[len(t) - 1 :] == [oom] and t[-1]["action"] == "oom"
+        assert type(trace) is Pending and not trace.ready
+        for key, default in (("action", None), ("addr", 0), ("size", 0), ("time_us", -1)):
+            dtype = object if key == "action" else np.int64
+            assert column(trace, key, default, dtype).tolist() == column(eager, key, default, dtype).tolist()
+        assert list(trace) == eager and trace.companions == eager.companions
 
 
 @settings(max_examples=300, deadline=None)
@@ -221,3 +237,81 @@ def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(
         kept = kept.built()
     assert kept == expected and expand(kept) == expand(expected)
     assert (kept.cut_first, kept.companions, kept.segments) == (expected.cut_first, expected.companions, segments)
+
+
+@st.composite
+def labelled_histories(draw):
+    """``histories()`` with roles seen where they label something: at the addresses and sizes of
+    blocks the events allocate or the start holds, at times between their events."""
+    live_start, events, live_end, died, _, t = draw(histories())
+    blocks = sorted({(a, n) for a, n in live_start.items()} | {(a, abs(n)) for _, a, n in events})
+    times = [e[0] // 1000 for e in events] or [t // 1000]
+
+    def seen() -> dict:
+        picked = draw(st.lists(st.sampled_from(blocks), max_size=4)) if blocks else []
+        return {a: (n, draw(st.sampled_from(ROLES))) for a, n in picked}
+
+    timed = [(draw(st.sampled_from(times)) + draw(st.integers(-1, 1)), seen()) for _ in range(draw(st.integers(0, 3)))]
+    roles = Roles(start=seen(), timed=sorted(timed, key=lambda x: x[0]), end=seen())
+    return live_start, events, live_end, died, roles, t
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(labelled_histories(), st.integers(1, 120), st.booleans(), st.booleans())
+def test_a_trace_left_to_build_is_labelled_by_its_columns_as_the_built_one(args, max_entries, segments, oom):
+    """Labels given to a ``Pending`` trace (by columns: it stays unbuilt, then stamped as the
+    recorder stamps one step) are those a list gets, entry for entry and block for block: the
+    roles seen, a free taking its allocation's category, a start block's free its role, the
+    ring's head and what was appended (an error's ``oom``) of none, the marker where none is."""
+    *_, roles, t = args
+    mark, end_us = "memsnap step 4", t // 1000 + 7
+    eager = snapshot(args, max_entries, segments, compact=True, mark=mark)
+    lazy = snapshot(args, max_entries, segments, compact=True, mark=mark, lazy=True)
+    for snap in (eager, lazy):
+        if oom:
+            snap["device_traces"][0].append({"action": "oom", "size": 64, "stream": 0, "time_us": end_us})
+        label_snapshot(snap, 0, roles, end_us)
+        stamp(snap, 0, [(0, mark)])
+    trace = lazy["device_traces"][0]
+    if type(trace) is Pending:
+        assert not trace.ready
+        assert [dict(trace[i]) for i in range(len(trace))] == eager["device_traces"][0]
+        assert plain(digest(lazy)) == plain(digest(eager))
+    complete(lazy)
+    complete(eager)
+    assert lazy == eager
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.booleans()), max_size=30),
+    st.lists(st.tuples(st.integers(0, 29), st.sampled_from(ROLES)), max_size=4),
+    st.integers(0, 2),
+    st.integers(1, 100),
+)
+def test_any_pending_trace_is_labelled_as_its_list(events, picked, frees, max_entries):
+    """Labels of a ``Pending`` made of any events (frees of what nothing allocated, two frees or
+    two allocations in a row at an address) are a list's, including the frees after them."""
+    from memsnap_magic.recording.backends.cpu.entries import freed, newest_entries
+    from memsnap_magic.recording.backends.cpu.history import block_entries
+
+    times = [1000 * (i + 1) for i in range(len(events))]
+    ptrs = [BASE + 64 * slot for slot, _, _ in events]
+    sizes = [8 * n if alloc else -8 * n for _, n, alloc in events]
+    tail = [freed(BASE + 64 * i, 8, 10**6 + i, None) for i in range(frees)]
+    seen = {ptrs[i]: (abs(sizes[i]), role) for i, role in picked if i < len(events)}
+    roles = Roles(start=dict(seen), timed=[(times[len(times) // 2] // 1000, dict(seen))] if times else [], end={})
+    expected = newest_entries(block_entries(times, ptrs, sizes, None) + [dict(e) for e in tail], max_entries, True)
+    pending = Pending(list(times), list(ptrs), list(sizes), functools.partial(block_entries, mark=None))
+    for e in tail:
+        pending.append(dict(e))
+    kept = newest_entries(pending, max_entries, True)
+    end = [(BASE + 64 * slot, {"size": 8, "state": "active_allocated"}) for slot in range(4)]
+    labelled = [copy.deepcopy(end) for _ in range(2)]
+    for trace, blocks in zip((kept, expected), labelled):
+        label(trace, blocks, roles, 10**4)
+    assert labelled[0] == labelled[1]  # the end state's blocks: by what the trace left allocated there
+    if type(kept) is Pending:
+        assert not kept.ready
+        assert [dict(kept[i]) for i in range(len(kept))] == expected
+    assert list(kept) == expected

@@ -4,10 +4,12 @@ The CPU route's trace is its ring's events, one dict each in PyTorch's schema. B
 dicts is most of what a cell of many small allocations spends beyond reading PyTorch's events
 (40,000 dicts: ~20 ms), yet while the user waits only the digest reads the trace, and it reads
 columns. So the recorder hands over the ring's events as columns; the digest reads them
-(``column``) and the few entries it shows (``[i]``, read-only); the background writer builds the
-dicts (``built``) just before the file is written. Whatever else reads it in the cell as a list
-(labels, an error's entry appended, a test) gets the built trace, the same one an eager build
-gives: the order, the keys, the ring's cut and the shared frame lists.
+(``column``) and the few entries it shows (``[i]``, read-only); the labels of a model's blocks
+are given as a column too (``label``), and an entry appended (an error's ``oom``, the labels'
+marker) joins the ``tail``; the background writer builds the dicts (``built``) just before the
+file is written. Whatever else reads it in the cell as a list (a ``clear=false`` chain's stamps,
+a test) gets the built trace, the same one an eager build gives: the order, the keys, the ring's
+cut and the shared frame lists.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ class Pending:
         self._first: int | None = None  # the first block entry the ring keeps, once cut
         self._cut = 0
         self._segment_free_head = False  # the cut leaves the first kept entry its segment_free alone
+        self._categories: list[Any] | None = None  # of the kept block entries (``label``)
         self._built: Compact | None = None
-        self._columns: dict[str, np.ndarray] = {}  # what ``column`` gave
+        self._columns: dict[tuple[str, Any], np.ndarray] = {}  # what ``column`` gave
         self._arrays: dict[str, np.ndarray] = {}  # the block entries' fields as read (``_array``)
 
     # --- the ring --------------------------------------------------------------------------
@@ -96,13 +99,28 @@ class Pending:
             for i, frames in self.frames.items():
                 if i >= first:
                     entries[i - first]["frames"] = frames
+            if self._categories is not None:  # after the frames, as labelling a built trace puts it
+                for entry, category in zip(entries, self._categories):
+                    entry["category"] = category
             kept = Compact(entries + self.tail[max(first - len(self._sizes), 0) :])
             kept.segments, kept.companions, kept.marked = self.segments, self.companions, self.marked
             if self._first is not None:
                 cut_head(kept, self._cut)
             self._built = kept
-            del self._times, self._ptrs, self._sizes, self._columns, self._arrays
+            del self._times, self._ptrs, self._sizes, self._columns, self._arrays, self._categories
         return self._built
+
+    def label(self, categories: list[Any]) -> None:
+        """Give the kept entries their ``category`` (one per entry, in order), as ``labels.label``
+        gives each entry of a list: the block entries' kept as a column, the tail's set in place."""
+        if self._built is not None:
+            for entry, category in zip(self._built, categories):
+                entry["category"] = category
+            return
+        blocks = len(self._sizes) - (self._first or 0)
+        self._categories = categories[:blocks]
+        for entry, category in zip(self.tail, categories[blocks:]):
+            entry["category"] = category
 
     def _ns(self, times: list[Any]) -> list[int]:
         return self._read_times(times) if self._read_times is not None else times
@@ -113,7 +131,7 @@ class Pending:
         import numpy as np
 
         if self._read_times is None:
-            picked: np.ndarray = self._read("time_us")[index]
+            picked: np.ndarray = self._read("time_us", -1)[index]
             return picked
         first, blocks = self._first or 0, len(self._sizes)
         at = [first + i for i in index.tolist()]
@@ -130,21 +148,23 @@ class Pending:
         entry = self._build(self._ns([self._times[j]]), [self._ptrs[j]], [self._sizes[j]])[0]
         if j in self.frames:
             entry["frames"] = self.frames[j]
+        if self._categories is not None:
+            entry["category"] = self._categories[i]
         if i == 0 and self._segment_free_head:
             entry["action"] = "segment_free"  # as ``cut_head`` makes it
         return entry
 
     # --- what the digest reads -------------------------------------------------------------
 
-    def column(self, key: str) -> np.ndarray | None:
+    def column(self, key: str, default: Any = None) -> np.ndarray | None:
         """``key`` of every kept entry, as ``results.pairing.column`` reads it from dicts (action
-        as objects, sizes unsigned, times in µs); None for another key, or once built (then the
-        list answers)."""
+        as objects, sizes unsigned, times in µs; ``default`` where a tail entry has none); None
+        for another key, or once built (then the list answers)."""
         if self._built is not None or key not in _KEYS:
             return None
-        found = self._columns.get(key)
+        found = self._columns.get((key, default))
         if found is None:
-            found = self._columns[key] = self._read(key)
+            found = self._columns[key, default] = self._read(key, default)
         return found
 
     def _array(self, name: str) -> np.ndarray:
@@ -158,7 +178,7 @@ class Pending:
             found = self._arrays[name] = np.fromiter(held, np.int64, len(held))
         return found
 
-    def _read(self, key: str) -> np.ndarray:
+    def _read(self, key: str, default: Any) -> np.ndarray:
         import numpy as np
 
         first = self._first or 0
@@ -166,17 +186,17 @@ class Pending:
             blocks = _actions()[(self._array("size")[first:] > 0).view(np.int8)]
             if self._segment_free_head:
                 blocks[0] = "segment_free"
-            tail = np.array([e["action"] for e in self.tail], dtype=object)
         elif key == "size":
             blocks = np.abs(self._array("size")[first:])
-            tail = np.array([e["size"] for e in self.tail], dtype=np.int64)
         elif key == "addr":
             blocks = self._array("addr")[first:]
-            tail = np.array([e["addr"] for e in self.tail], dtype=np.int64)
         else:
             blocks = self._array("time")[first:] // 1000
-            tail = np.array([e["time_us"] for e in self.tail], dtype=np.int64)
-        return np.concatenate([blocks, tail]) if len(tail) else blocks
+        if not self.tail:
+            return blocks
+        # the frees placed after the window, and what was appended since (an oom, the marker)
+        tail = np.array([e.get(key, default) for e in self.tail], dtype=blocks.dtype)
+        return np.concatenate([blocks, tail])
 
     # --- a list, for everything else -------------------------------------------------------
 
@@ -186,6 +206,10 @@ class Pending:
         return len(self._sizes) - (self._first or 0) + len(self.tail)
 
     def __getitem__(self, i: Any) -> Any:
+        if self._built is None and type(i) is slice and type(i.start) is int and i.stop is None and i.step is None:
+            blocks = len(self) - len(self.tail)
+            if 0 <= blocks <= i.start:  # entries of the tail alone (those appended since a stamp): themselves
+                return self.tail[i.start - blocks :]
         if self._built is not None or type(i) is not int:
             return self.built()[i]
         n = len(self)
@@ -197,11 +221,13 @@ class Pending:
         return iter(self.built())
 
     def append(self, entry: dict[str, Any]) -> None:
-        """Before the ring's cut, an entry after the block entries; after it, built first."""
-        if self._first is None and self._built is None:
+        """An entry after all the others (an oom, the labels' marker): the ring's cut, taken
+        before, is not taken again, as for a built trace."""
+        if self._built is None:
             self.tail.append(entry)
+            self._columns.clear()
         else:
-            self.built().append(entry)
+            self._built.append(entry)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("a Pending trace is written completed: compact.complete(snapshot) first")

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.categories import ACTIVATION, ORDER, OTHER, UNKNOWN, category_name
+from ..files.pending import Pending, built
 
 Storages = dict[int, tuple[int, str]]  # storage address -> (bytes, category)
+# address -> (trace index, action, size, time_us) of its allocations and frees, in trace order
+Events = dict[int, list[tuple[int, Any, Any, Any]]]
 
 
 @dataclass
@@ -36,11 +39,26 @@ _FREES = ("free_requested", "free_completed", "free")
 OTHER_NAMES = 16  # names beyond ORDER a file's categories are summed under
 
 
-def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], roles: Roles, end_us: int) -> None:
+def label(
+    trace: list[dict[str, Any]] | Pending, end: list[tuple[int, dict[str, Any]]], roles: Roles, end_us: int
+) -> None:
     """Give every entry of ``trace`` and every ``(address, block)`` of ``end`` (the allocated
-    blocks of the snapshot's end state) a ``category``, in place."""
+    blocks of the snapshot's end state) a ``category``, in place. A trace still to build
+    (``files.pending``) is labelled by its columns and stays so."""
     wanted = set(roles.start) | set(roles.end) | {a for _, seen in roles.timed for a in seen}
-    allocs = _seen_allocations(trace, wanted, roles)
+    found = _label_columns(trace, wanted, roles) if type(trace) is Pending and not trace.ready else None
+    live, unknown = found if found is not None else _label_entries(built(trace), wanted, roles)
+    for addr, block in end:
+        size = block.get("requested_size") or block.get("size")
+        block["category"] = _role(roles.end, addr, size) or live.get(addr) or _role(roles.start, addr, size) or OTHER
+    if not unknown:  # a marker for the moment of the snapshot: not a block, so of no category
+        trace.append({"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": end_us, "category": UNKNOWN})
+
+
+def _label_entries(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) -> tuple[dict[int, str], bool]:
+    """``label``'s pass over a list: each entry's category set; the category of each address's
+    block still allocated at the end, and whether any entry is of none (``unknown``)."""
+    allocs = _seen_allocations(_events_at(trace, wanted), roles)
     live: dict[int, str] = {}  # address -> category of the block the trace allocated there
     unknown = False
     last = len(trace) - 1
@@ -63,11 +81,46 @@ def label(trace: list[dict[str, Any]], end: list[tuple[int, dict[str, Any]]], ro
         else:
             e["category"] = UNKNOWN
             unknown = True
-    for addr, block in end:
-        size = block.get("requested_size") or block.get("size")
-        block["category"] = _role(roles.end, addr, size) or live.get(addr) or _role(roles.start, addr, size) or OTHER
-    if not unknown:  # a marker for the moment of the snapshot: not a block, so of no category
-        trace.append({"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": end_us, "category": UNKNOWN})
+    return live, unknown
+
+
+def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict[int, str], bool] | None:
+    """``_label_entries`` over a trace's columns, its categories handed to it as one; None where
+    it holds an entry that pass reads its neighbours for (a segment event past the ring's head,
+    a free not completed), which only a list answers. Its block entries are allocations and
+    completed frees, so a free takes the category of the previous event at its address where
+    that is an allocation (the block it frees), else the start's role there, else ``other``."""
+    import numpy as np
+
+    from .pairing import by_address, column
+
+    action = column(trace, "action", None, object)
+    is_alloc, is_free = action == "alloc", action == "free_completed"
+    other = np.flatnonzero(~(is_alloc | is_free))
+    for i, act in zip(other.tolist(), action[other].tolist()):
+        if act in _FREES or act == "segment_alloc" or (act == "segment_free" and i > 0):
+            return None
+    addr, size = column(trace, "addr", 0), column(trace, "size", 0)
+    categories = np.full(len(action), UNKNOWN, dtype=object)
+    categories[is_alloc] = ACTIVATION
+    seen = _seen_allocations(_events_in_columns(trace, action, addr, size, wanted), roles)
+    for i, role in seen.items():
+        categories[i] = role
+    # each address's allocations and frees in trace order
+    events = np.flatnonzero(is_alloc | is_free)
+    order, a, first, last = by_address(addr[events])
+    at = events[order]  # trace index of each, grouped by address
+    frees = np.flatnonzero(is_free[at])
+    before = at[np.maximum(frees - 1, 0)]
+    freeing = ~first[frees] & is_alloc[before]  # the previous event at its address is its allocation
+    categories[at[frees[freeing]]] = categories[before[freeing]]
+    unpaired = at[frees[~freeing]]
+    for i, a_i, s_i in zip(unpaired.tolist(), addr[unpaired].tolist(), size[unpaired].tolist()):
+        categories[i] = _role(roles.start, a_i, s_i) or OTHER
+    trace.label(categories.tolist())
+    held = last & is_alloc[at]  # the address's last event an allocation: allocated at the end
+    live = dict(zip(a[held].tolist(), categories[at[held]].tolist()))
+    return live, bool(len(other))
 
 
 def _same_block(segment: dict[str, Any], block: dict[str, Any], action: str) -> bool:
@@ -99,16 +152,37 @@ def _role(storages: Storages, addr: Any, size: Any) -> str | None:
     return seen[1] if seen is not None and seen[0] == size else None
 
 
-def _seen_allocations(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) -> dict[int, str]:
-    """Trace index of each allocation a role was seen in while it was alive -> that role."""
+def _events_at(trace: list[dict[str, Any]], wanted: set[int]) -> Events:
+    """The allocations and frees at the ``wanted`` addresses, by address (see ``Events``)."""
+    events: Events = defaultdict(list)
     if not wanted:
-        return {}
-    events: dict[int, list[tuple[int, Any, Any, Any]]] = defaultdict(list)  # addr -> (index, action, size, t)
+        return events
     addr: Any  # as in label
     for i, e in enumerate(trace):
         addr = e.get("addr")
         if addr in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):
             events[addr].append((i, e["action"], e.get("size"), e.get("time_us", -1)))
+    return events
+
+
+def _events_in_columns(trace: Pending, action: Any, addr: Any, size: Any, wanted: set[int]) -> Events:
+    """``_events_at`` from a trace's columns: the times of those at the wanted addresses alone."""
+    import numpy as np
+
+    events: Events = defaultdict(list)
+    looked = np.fromiter((a for a in wanted if type(a) is int and 0 <= a < 1 << 63), np.int64)
+    at = np.flatnonzero(np.isin(addr, looked))
+    if not len(at):
+        return events
+    rows = zip(at.tolist(), action[at].tolist(), addr[at].tolist(), size[at].tolist(), trace.times_of(at).tolist())
+    for i, act, a, s, t in rows:
+        if act == "alloc" or act in _FREES:
+            events[a].append((i, act, s, t))
+    return events
+
+
+def _seen_allocations(events: Events, roles: Roles) -> dict[int, str]:
+    """Trace index of each allocation a role was seen in while it was alive -> that role."""
     found: dict[int, str] = {}
     for addr, seq in events.items():
         for n, (i, action, size, born) in enumerate(seq):

@@ -20,7 +20,7 @@ def column(trace: list[dict[str, Any]] | Pending, key: str, default: Any, dtype:
     """One field of every entry, read at C speed (``itemgetter`` mapped over the list); a trace
     whose entries are still to build (``files.pending``) gives its column as it holds it."""
     if type(trace) is Pending:
-        held = trace.column(key)
+        held = trace.column(key, default)
         if held is not None:
             return held if dtype is object else held.astype(dtype, copy=False)
     n = len(trace)
