@@ -59,6 +59,8 @@ class Pending:
         self._built: Compact | None = None
         self._columns: dict[tuple[str, Any], np.ndarray] = {}  # what ``column`` gave
         self._arrays: dict[str, np.ndarray] = {}  # the block entries' fields as read (``_array``)
+        # what readers in the cell derived from its columns, for the next (``results.pairing.paired``)
+        self.memo: dict[str, Any] = {}
 
     # --- the ring --------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class Pending:
                 cut_head(kept, self._cut)
             self._built = kept
             del self._times, self._ptrs, self._sizes, self._columns, self._arrays, self._categories
+            self.memo.clear()
         return self._built
 
     def label(self, categories: list[Any]) -> None:

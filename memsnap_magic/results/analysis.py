@@ -25,7 +25,7 @@ from ..files.compact import entries
 from ..files.pending import Pending
 from ..files.schema import INT64
 from .measures import Figures
-from .pairing import SPARSE, addresses, by_address, column, end_blocks, sorted_contains
+from .pairing import SPARSE, addresses, by_address, column, end_blocks, paired, sorted_contains
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -69,7 +69,7 @@ class Summary(Figures):
     def paired(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every replayed event grouped by address (``by_address``): sorted once, shared by
         ``alive``'s functions (a digest asks for it three times)."""
-        return by_address(self.addresses(self.events[2]))
+        return paired(self.trace, self.events[2], self.addresses)
 
     @cached_property
     def time_us(self) -> np.ndarray:

@@ -92,7 +92,7 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
     that is an allocation (the block it frees), else the start's role there, else ``other``."""
     import numpy as np
 
-    from .pairing import by_address, column
+    from .pairing import column, paired
 
     action = column(trace, "action", None, object)
     is_alloc, is_free = action == "alloc", action == "free_completed"
@@ -101,26 +101,35 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
         if act in _FREES or act == "segment_alloc" or (act == "segment_free" and i > 0):
             return None
     addr, size = column(trace, "addr", 0), column(trace, "size", 0)
-    categories = np.full(len(action), UNKNOWN, dtype=object)
-    categories[is_alloc] = ACTIVATION
+    # each entry's category as an index into ``names`` (an object array is slow to fill)
+    names = [UNKNOWN, ACTIVATION]
+    code = is_alloc.astype(np.int32)
     seen = _seen_allocations(_events_in_columns(trace, action, addr, size, wanted), roles)
     for i, role in seen.items():
-        categories[i] = role
+        code[i] = _code(names, role)
     # each address's allocations and frees in trace order
     events = np.flatnonzero(is_alloc | is_free)
-    order, a, first, last = by_address(addr[events])
+    order, _, first, last = paired(trace, events, lambda at: addr[at].astype(np.uint64))
     at = events[order]  # trace index of each, grouped by address
     frees = np.flatnonzero(is_free[at])
     before = at[np.maximum(frees - 1, 0)]
     freeing = ~first[frees] & is_alloc[before]  # the previous event at its address is its allocation
-    categories[at[frees[freeing]]] = categories[before[freeing]]
+    code[at[frees[freeing]]] = code[before[freeing]]
     unpaired = at[frees[~freeing]]
     for i, a_i, s_i in zip(unpaired.tolist(), addr[unpaired].tolist(), size[unpaired].tolist()):
-        categories[i] = _role(roles.start, a_i, s_i) or OTHER
-    trace.label(categories.tolist())
-    held = last & is_alloc[at]  # the address's last event an allocation: allocated at the end
-    live = dict(zip(a[held].tolist(), categories[at[held]].tolist()))
+        code[i] = _code(names, _role(roles.start, a_i, s_i) or OTHER)
+    categories = list(map(names.__getitem__, code.tolist()))
+    trace.label(categories)
+    held = at[last & is_alloc[at]]  # the address's last event an allocation: allocated at the end
+    live = dict(zip(addr[held].tolist(), map(categories.__getitem__, held.tolist())))
     return live, bool(len(other))
+
+
+def _code(names: list[str], name: str) -> int:
+    """``name``'s index in ``names``, added where it is not there yet."""
+    if name not in names:
+        names.append(name)
+    return names.index(name)
 
 
 def _same_block(segment: dict[str, Any], block: dict[str, Any], action: str) -> bool:
