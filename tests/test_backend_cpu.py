@@ -617,3 +617,39 @@ def test_a_start_block_whose_bytes_were_taken_before_the_window_is_not_in_it():
         assert history.freed_unseen == 0
         assert any(e["addr"] == 1 for e in trace) == (newest == 5)  # placed at the reuse, inside the window
         assert trace[-1]["addr"] != 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 7), st.integers(-64, 64).filter(bool)), max_size=40),
+    st.sets(st.integers(0, 9), max_size=6),
+    st.lists(st.integers(0, 40), max_size=4),
+    st.lists(st.integers(0, 40), max_size=3),
+)
+def test_the_end_state_tables_fold_any_chunks_and_sessions_alike(events, watched, cuts, sessions):
+    """What the end state needs of the events (each address's last event; each watched address's
+    first event and its index) is the same however they come: in one piece, in chunks of any size,
+    over several sessions merged, as a plain loop over them says."""
+    from memsnap_magic.recording.backends.cpu.history import _Tables
+
+    ptrs, sizes = [0x7F00_0000_0000 + 64 * a for a, _ in events], [n for _, n in events]
+    watch = {0x7F00_0000_0000 + 64 * a for a in watched}
+    last, first = {}, {}
+    for i, (p, n) in enumerate(zip(ptrs, sizes)):
+        last[p] = n
+        if p in watch and p not in first:
+            first[p] = (n, i)
+
+    def chunks(lo: int, hi: int, at: list[int]) -> list[tuple[int, int]]:
+        edges = sorted({lo, hi, *(c for c in at if lo < c < hi)})
+        return list(zip(edges, edges[1:]))
+
+    tables = _Tables(set(watch))
+    for lo, hi in chunks(0, len(events), sessions):  # a session each, folded on its own, then merged
+        run = _Tables(tables.watch, tables.count)
+        for a, b in chunks(lo, hi, cuts):
+            run.fold(ptrs[a:b], sizes[a:b])
+        tables.merge(run)
+    assert tables.last == last and tables.count == len(events)
+    assert {p: (tables.first[p], tables.first_index[p]) for p in tables.first} == first
+    assert tables.watch == watch - set(first)

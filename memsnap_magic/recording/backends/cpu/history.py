@@ -71,7 +71,11 @@ class _Tables:
         self.first_index: dict[int, int] = {}  # watched address -> index of its first event
 
     def fold(self, ptrs: list[int], sizes: list[int]) -> None:
-        hits = self.watch.intersection(ptrs) if self.watch else ()
+        self.last.update(zip(ptrs, sizes))
+        # a watched address met before left the watch, so those in ``last`` now are this chunk's:
+        # the smaller side is asked of the other (the few watched, usually)
+        watch = self.watch
+        hits = set(filter(self.last.__contains__, watch)) if len(watch) < len(ptrs) else watch.intersection(ptrs)
         if len(hits) > _FEW_HITS:  # each found by one pass, not a scan of its own
             at = compress(range(len(ptrs)), map(hits.__contains__, ptrs))
             for i in reversed(list(at)):  # the earliest event of each watched address is written last
@@ -82,7 +86,6 @@ class _Tables:
                 self.first[ptr], self.first_index[ptr] = sizes[i], self.count + i
         if hits:
             self.watch -= hits
-        self.last.update(zip(ptrs, sizes))
         self.count += len(ptrs)
 
     def merge(self, later: _Tables) -> None:
