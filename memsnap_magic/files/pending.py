@@ -211,7 +211,7 @@ class Pending:
     def __getitem__(self, i: Any) -> Any:
         if self._built is None and type(i) is slice and type(i.start) is int and i.stop is None and i.step is None:
             blocks = len(self) - len(self.tail)
-            if 0 <= blocks <= i.start:  # entries of the tail alone (those appended since a stamp): themselves
+            if blocks <= i.start:  # entries of the tail alone (those appended since a stamp): themselves
                 return self.tail[i.start - blocks :]
         if self._built is not None or type(i) is not int:
             return self.built()[i]
