@@ -410,3 +410,83 @@ def test_the_categories_view_stacks_each_steps_peak_and_the_table_says_what():
     assert bars(peak_ax, "no categories") == [[0, 8 * MiB]]
     d.step.value = 0
     assert ">what</th>" in d.blocks.value and ">parameter<" in d.blocks.value
+
+
+def _label_two_passes(trace, end, roles, end_us):
+    """``label`` of a list as it was written before it read the trace once: every allocation's
+    role first (a pass over the trace for the wanted addresses), then each entry in order. The
+    spec the one-pass ``label`` is held to."""
+    from collections import defaultdict
+
+    from memsnap_magic.results.labels import _FREES, _role, _same_block, _seen_allocations
+
+    wanted = set(roles.start) | set(roles.end) | {a for _, seen in roles.timed for a in seen}
+    events = defaultdict(list)
+    for i, e in enumerate(trace):
+        if e.get("addr") in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):
+            events[e["addr"]].append((i, e["action"], e.get("size"), e.get("time_us", -1)))
+    allocs = _seen_allocations(events, roles)
+    live, unknown, last = {}, False, len(trace) - 1
+    for i, e in enumerate(trace):
+        action, addr = e.get("action"), e.get("addr")
+        if action == "alloc":
+            live[addr] = e["category"] = allocs.get(i, "activation")
+        elif action in _FREES:
+            category = live.get(addr)
+            e["category"] = category or _role(roles.start, addr, e.get("size")) or "other"
+            if action != "free_requested":
+                live.pop(addr, None)
+        elif action == "segment_alloc" and i < last and _same_block(e, trace[i + 1], "alloc"):
+            e["category"] = allocs.get(i + 1, "activation")
+        elif action == "segment_free" and i > 0 and _same_block(e, trace[i - 1], "free_completed"):
+            e["category"] = trace[i - 1]["category"]
+        else:
+            e["category"] = "unknown"
+            unknown = True
+    for addr, block in end:
+        size = block.get("requested_size") or block.get("size")
+        block["category"] = _role(roles.end, addr, size) or live.get(addr) or _role(roles.start, addr, size) or "other"
+    if not unknown:
+        marker = {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": end_us}
+        trace.append({**marker, "category": "unknown"})
+
+
+# allocations and completed frees the most, as traces hold them; every other action too
+ACTIONS = ("alloc",) * 4 + ("free_completed",) * 3 + ("free_requested", "free", "segment_alloc", "segment_free", "oom")
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 3), st.integers(1, 3)), max_size=40),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["parameter", "gradient", "optimizer_state"])), max_size=4),
+    st.lists(st.integers(0, 3), max_size=4),
+    st.booleans(),
+)
+def test_labels_of_a_list_read_it_once_and_give_what_two_passes_gave(entries, picked, ends, grouped):
+    """Any accelerator-like trace (segments around blocks or not, requested and completed frees,
+    allocations twice at one address, a free of what was never allocated, roles seen on some of
+    its blocks, at the start, at a step and at the end): one pass gives every entry, every end
+    block and the marker what the two passes gave."""
+    import copy
+
+    base = 0x7F00_0000_0000
+    trace = []
+    for n, (action, slot, size) in enumerate(entries):
+        entry = {"action": action, "addr": base + 512 * slot, "size": 64 * size, "stream": 0, "time_us": 10 * (n + 1)}
+        if grouped and action in ("alloc", "free_completed"):  # its one-block segment beside it (the CPU route's)
+            segment = dict(entry, action="segment_alloc" if action == "alloc" else "segment_free")
+            trace += [segment, entry] if action == "alloc" else [entry, segment]
+        else:
+            trace.append(entry)
+    # roles seen on some allocations while they lived (at their own time), and at the start and end
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    hit = [(allocs[i], role) for i, role in picked if i < len(allocs)]
+    seen = {e["addr"]: (e["size"], role) for e, role in hit}
+    timed = sorted(((e["time_us"], {e["addr"]: (e["size"], role)}) for e, role in hit), key=lambda x: x[0])
+    roles = Roles(start=dict(seen) if grouped else {}, timed=timed, end=dict(seen))
+    end = [(base + 512 * slot, {"size": 64 * (slot + 1), "state": "active_allocated"}) for slot in ends]
+    expected, expected_end = copy.deepcopy(trace), copy.deepcopy(end)
+    _label_two_passes(expected, expected_end, roles, 10**6)
+    label(trace, end, roles, 10**6)
+    assert trace == expected
+    assert end == expected_end

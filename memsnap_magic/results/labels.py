@@ -11,7 +11,9 @@ categories but no ``unknown`` (a typo in its legend code), so one is always ther
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..core.categories import ACTIVATION, ORDER, OTHER, UNKNOWN, category_name
@@ -57,16 +59,20 @@ def label(
 
 def _label_entries(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) -> tuple[dict[int, str], bool]:
     """``label``'s pass over a list: each entry's category set; the category of each address's
-    block still allocated at the end, and whether any entry is of none (``unknown``)."""
-    allocs = _seen_allocations(_events_at(trace, wanted), roles)
+    block still allocated at the end, and whether any entry is of none (``unknown``). One pass
+    reads the entries (each a dict somewhere in memory: reading them is the cost); the few
+    allocations a role was seen in, known only once their frees are, are given it after."""
     live: dict[int, str] = {}  # address -> category of the block the trace allocated there
+    events: Events = defaultdict(list)  # those at the wanted addresses
     unknown = False
     last = len(trace) - 1
     addr: Any  # an int wherever the action is an allocation or a free (schema checks it)
     for i, e in enumerate(trace):
         action, addr = e.get("action"), e.get("addr")
         if action == "alloc":
-            live[addr] = e["category"] = allocs.get(i, ACTIVATION)
+            live[addr] = e["category"] = ACTIVATION
+            if addr in wanted:
+                events[addr].append((i, action, e.get("size"), e.get("time_us", -1)))
         elif action in _FREES:
             category = live.get(addr)
             if category is None:  # live before the interval: what the start saw there
@@ -74,14 +80,43 @@ def _label_entries(trace: list[dict[str, Any]], wanted: set[int], roles: Roles) 
             e["category"] = category
             if action != "free_requested":
                 live.pop(addr, None)
+            if addr in wanted:
+                events[addr].append((i, action, e.get("size"), e.get("time_us", -1)))
         elif action == "segment_alloc" and i < last and _same_block(e, trace[i + 1], "alloc"):
-            e["category"] = allocs.get(i + 1, ACTIVATION)  # a segment of that one block (the CPU route's)
+            e["category"] = ACTIVATION  # a segment of that one block (the CPU route's)
         elif action == "segment_free" and i > 0 and _same_block(e, trace[i - 1], "free_completed"):
             e["category"] = trace[i - 1]["category"]
         else:
             e["category"] = UNKNOWN
             unknown = True
+    places: dict[int, dict[int, int]] = {}  # address -> trace index -> its place among the address's events
+    for i, role in _seen_allocations(events, roles).items():
+        seq = events[trace[i]["addr"]]
+        place = places.setdefault(trace[i]["addr"], {event[0]: n for n, event in enumerate(seq)})[i]
+        _give_role(trace, i, role, islice(seq, place + 1, None), live)
     return live, unknown
+
+
+def _give_role(
+    trace: list[dict[str, Any]], i: int, role: str, after: Iterable[tuple[int, Any, Any, Any]], live: dict[int, str]
+) -> None:
+    """Allocation ``i`` was that ``role``: so were what the pass gave its category from it (its
+    one-block segment, its frees up to the one that completes, their segment), and the address's
+    block at the end where it is still allocated. ``after``: the events at its address after it."""
+    entry = trace[i]
+    entry["category"] = role
+    if i > 0 and trace[i - 1].get("action") == "segment_alloc" and _same_block(trace[i - 1], entry, "alloc"):
+        trace[i - 1]["category"] = role
+    for j, action, _, _ in after:
+        if action == "alloc":  # allocated again: what follows is that block's
+            return
+        trace[j]["category"] = role
+        segment = trace[j + 1] if j < len(trace) - 1 else {}
+        if segment.get("action") == "segment_free" and _same_block(segment, trace[j], "free_completed"):
+            segment["category"] = role
+        if action != "free_requested":  # completed: freed
+            return
+    live[entry["addr"]] = role
 
 
 def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict[int, str], bool] | None:
@@ -161,21 +196,9 @@ def _role(storages: Storages, addr: Any, size: Any) -> str | None:
     return seen[1] if seen is not None and seen[0] == size else None
 
 
-def _events_at(trace: list[dict[str, Any]], wanted: set[int]) -> Events:
-    """The allocations and frees at the ``wanted`` addresses, by address (see ``Events``)."""
-    events: Events = defaultdict(list)
-    if not wanted:
-        return events
-    addr: Any  # as in label
-    for i, e in enumerate(trace):
-        addr = e.get("addr")
-        if addr in wanted and (e.get("action") == "alloc" or e.get("action") in _FREES):
-            events[addr].append((i, e["action"], e.get("size"), e.get("time_us", -1)))
-    return events
-
-
 def _events_in_columns(trace: Pending, action: Any, addr: Any, size: Any, wanted: set[int]) -> Events:
-    """``_events_at`` from a trace's columns: the times of those at the wanted addresses alone."""
+    """The allocations and frees at the ``wanted`` addresses, by address (see ``Events``), from a
+    trace's columns: the times of those alone read."""
     import numpy as np
 
     events: Events = defaultdict(list)
