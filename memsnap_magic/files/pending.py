@@ -115,11 +115,9 @@ class Pending:
 
     def label(self, categories: list[Any]) -> None:
         """Give the kept entries their ``category`` (one per entry, in order), as ``labels.label``
-        gives each entry of a list: the block entries' kept as a column, the tail's set in place."""
-        if self._built is not None:
-            for entry, category in zip(self._built, categories):
-                entry["category"] = category
-            return
+        gives each entry of a list: the block entries' kept as a column, the tail's set in place.
+        Before it is built (a built one is labelled as the list it is)."""
+        assert self._built is None, "a built trace is labelled as a list"
         blocks = len(self._sizes) - (self._first or 0)
         self._categories = categories[:blocks]
         for entry, category in zip(self.tail, categories[blocks:]):

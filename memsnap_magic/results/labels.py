@@ -10,6 +10,7 @@ categories but no ``unknown`` (a typo in its legend code), so one is always ther
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
     that is an allocation (the block it frees), else the start's role there, else ``other``."""
     import numpy as np
 
-    from .pairing import column, paired
+    from .pairing import addresses, column, paired
 
     action = column(trace, "action", None, object)
     is_alloc, is_free = action == "alloc", action == "free_completed"
@@ -144,7 +145,7 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
         code[i] = _code(names, role)
     # each address's allocations and frees in trace order
     events = np.flatnonzero(is_alloc | is_free)
-    order, _, first, last = paired(trace, events, lambda at: addr[at].astype(np.uint64))
+    order, _, first, last = paired(trace, events, functools.partial(addresses, trace))
     at = events[order]  # trace index of each, grouped by address
     frees = np.flatnonzero(is_free[at])
     before = at[np.maximum(frees - 1, 0)]
