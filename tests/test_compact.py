@@ -18,7 +18,7 @@ from memsnap_magic.files.pending import Pending
 from memsnap_magic.recording.backends.cpu.history import History
 from memsnap_magic.results.intervals import digest
 from memsnap_magic.results.labels import Roles, label, label_snapshot
-from memsnap_magic.results.pairing import column
+from memsnap_magic.results.pairing import Actions, column
 
 BASE = 0x7F00_0000_0000
 ROLES = ("parameter", "gradient", "optimizer_state")
@@ -136,6 +136,19 @@ def test_a_compact_trace_is_never_pickled_as_one_and_is_written_complete(tmp_pat
     ]
 
 
+ACTIONS = ("alloc", "free_completed", "free_requested", "free", "segment_alloc", "segment_free", "oom", "snapshot")
+
+
+def assert_same_actions(pending, listed) -> None:
+    """A ``Pending`` trace's actions, asked as masks and at any entries, are its list's."""
+    ours, theirs = Actions(pending), Actions(listed)
+    for name in ACTIONS:
+        assert ours.is_(name).tolist() == theirs.is_(name).tolist() == [e["action"] == name for e in listed]
+    everywhere = np.arange(len(listed))
+    for index in (everywhere, everywhere[::-1], everywhere[1::2], everywhere[:0]):
+        assert ours.at(index).tolist() == theirs.at(index).tolist() == [listed[i]["action"] for i in index]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.integers(1, 120), st.booleans(), st.sampled_from([None, "memsnap step 3"]))
 def test_a_trace_left_to_build_reads_as_the_built_one_and_builds_it(args, max_entries, segments, mark):
@@ -150,6 +163,7 @@ def test_a_trace_left_to_build_reads_as_the_built_one_and_builds_it(args, max_en
         for key, default, dtype in (("action", None, object), ("size", 0, np.int64), ("addr", 0, np.int64)):
             assert column(pending, key, default, dtype).tolist() == column(built, key, default, dtype).tolist()
         assert column(pending, "time_us", -1).tolist() == column(built, "time_us", -1).tolist()
+        assert_same_actions(pending, built)
         for i in [*range(len(built)), -1]:
             assert dict(pending[i]) == built[i]
             with pytest.raises(TypeError):  # read-only: a change made there would be lost
@@ -183,6 +197,7 @@ def test_a_trace_left_to_build_builds_on_any_other_read_and_takes_an_entry_appen
         for key, default in (("action", None), ("addr", 0), ("size", 0), ("time_us", -1)):
             dtype = object if key == "action" else np.int64
             assert column(trace, key, default, dtype).tolist() == column(eager, key, default, dtype).tolist()
+        assert_same_actions(trace, eager)
         assert list(trace) == eager and trace.companions == eager.companions
 
 
@@ -231,6 +246,7 @@ def test_a_pending_trace_is_the_list_it_stands_for_frames_tail_and_cut(
         assert [dict(kept[i]) for i in range(len(kept))] == expected
         assert column(kept, "action", None, object).tolist() == [e["action"] for e in expected]
         assert column(kept, "size", 0).tolist() == [e["size"] for e in expected]
+        assert_same_actions(kept, expected)
         every = np.arange(len(expected))
         assert kept.times_of(every[::-1]).tolist() == [e["time_us"] for e in expected][::-1]
         assert column(kept, "time_us", -1).tolist() == [e["time_us"] for e in expected]

@@ -46,6 +46,7 @@ class Pending:
         sizes: list[int],
         build: Build,
         read_times: Callable[[list[Any]], list[int]] | None = None,
+        sizes_array: np.ndarray | None = None,
     ) -> None:
         self._times, self._ptrs, self._sizes, self._build = times, ptrs, sizes, build
         # ``times`` as given may be what each time is read from (``read_times``): read when needed
@@ -55,10 +56,12 @@ class Pending:
         self._first: int | None = None  # the first block entry the ring keeps, once cut
         self._cut = 0
         self._segment_free_head = False  # the cut leaves the first kept entry its segment_free alone
-        self._categories: list[Any] | None = None  # of the kept block entries (``label``)
+        # of the kept block entries (``label``): an index into the names each
+        self._categories: tuple[list[Any], np.ndarray] | None = None
         self._built: Compact | None = None
         self._columns: dict[tuple[str, Any], np.ndarray] = {}  # what ``column`` gave
-        self._arrays: dict[str, np.ndarray] = {}  # the block entries' fields as read (``_array``)
+        # the block entries' fields as read (``_array``): ``sizes_array`` is ``sizes`` as one, if read
+        self._arrays: dict[str, np.ndarray] = {} if sizes_array is None else {"size": sizes_array}
         # what readers in the cell derived from its columns, for the next (``results.pairing.paired``)
         self.memo: dict[str, Any] = {}
 
@@ -102,7 +105,8 @@ class Pending:
                 if i >= first:
                     entries[i - first]["frames"] = frames
             if self._categories is not None:  # after the frames, as labelling a built trace puts it
-                for entry, category in zip(entries, self._categories):
+                names, codes = self._categories
+                for entry, category in zip(entries, map(names.__getitem__, codes.tolist())):
                     entry["category"] = category
             kept = Compact(entries + self.tail[max(first - len(self._sizes), 0) :])
             kept.segments, kept.companions, kept.marked = self.segments, self.companions, self.marked
@@ -113,15 +117,16 @@ class Pending:
             self.memo.clear()
         return self._built
 
-    def label(self, categories: list[Any]) -> None:
-        """Give the kept entries their ``category`` (one per entry, in order), as ``labels.label``
-        gives each entry of a list: the block entries' kept as a column, the tail's set in place.
-        Before it is built (a built one is labelled as the list it is)."""
+    def label(self, names: list[Any], codes: np.ndarray) -> None:
+        """Give the kept entries their ``category``, ``names[codes[i]]`` for entry ``i``, as
+        ``labels.label`` gives each entry of a list: the block entries' kept as codes (the writer
+        makes them names), the tail's set in place. Before it is built (a built one is labelled
+        as the list it is)."""
         assert self._built is None, "a built trace is labelled as a list"
         blocks = len(self._sizes) - (self._first or 0)
-        self._categories = categories[:blocks]
-        for entry, category in zip(self.tail, categories[blocks:]):
-            entry["category"] = category
+        self._categories = names, codes[:blocks]
+        for entry, code in zip(self.tail, codes[blocks:].tolist()):
+            entry["category"] = names[code]
 
     def _ns(self, times: list[Any]) -> list[int]:
         return self._read_times(times) if self._read_times is not None else times
@@ -150,7 +155,8 @@ class Pending:
         if j in self.frames:
             entry["frames"] = self.frames[j]
         if self._categories is not None:
-            entry["category"] = self._categories[i]
+            names, codes = self._categories
+            entry["category"] = names[codes[i]]
         if i == 0 and self._segment_free_head:
             entry["action"] = "segment_free"  # as ``cut_head`` makes it
         return entry
@@ -166,6 +172,33 @@ class Pending:
         found = self._columns.get((key, default))
         if found is None:
             found = self._columns[key, default] = self._read(key, default)
+        return found
+
+    def is_action(self, name: str) -> np.ndarray:
+        """Which kept entries' ``action`` is ``name``, as comparing the ``action`` column gives it,
+        from the signed sizes (no string compared per block entry)."""
+        import numpy as np
+
+        found = self._columns.get(("is", name))
+        if found is None:
+            alloc = self._array("size")[self._first or 0 :] > 0
+            blocks = alloc if name == "alloc" else ~alloc if name == "free_completed" else np.zeros_like(alloc)
+            if self._segment_free_head:
+                blocks = blocks.copy()
+                blocks[0] = name == "segment_free"
+            tail = np.fromiter((e.get("action") == name for e in self.tail), bool, len(self.tail))
+            found = self._columns["is", name] = np.concatenate([blocks, tail])
+        return found
+
+    def actions_at(self, index: np.ndarray) -> list[Any]:
+        """``action`` of the kept entries at ``index`` (a few: the rest are asked ``is_action``)."""
+        first, blocks = self._first or 0, len(self._sizes)
+        found = [
+            ("alloc" if self._sizes[j] > 0 else "free_completed") if j < blocks else self.tail[j - blocks].get("action")
+            for j in (first + i for i in index.tolist())
+        ]
+        if self._segment_free_head and len(index) and found:
+            found = ["segment_free" if i == 0 else a for i, a in zip(index.tolist(), found)]
         return found
 
     def _array(self, name: str) -> np.ndarray:

@@ -25,7 +25,7 @@ from ..files.compact import entries
 from ..files.pending import Pending
 from ..files.schema import INT64
 from .measures import Figures
-from .pairing import SPARSE, addresses, by_address, column, end_blocks, paired, sorted_contains
+from .pairing import SPARSE, Actions, addresses, by_address, column, end_blocks, paired, sorted_contains
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -117,18 +117,18 @@ def pick_device(snap: dict[str, Any]) -> int:
 def _trace_events(trace: list[dict[str, Any]]) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
     """(sign, size, entry index) of the events that change allocated bytes, and the indices of
     the ``oom`` entries (an allocation the allocator could not serve)."""
-    action = column(trace, "action", None, object)  # compared as objects: no per-entry hashing
-    alloc = action == "alloc"
+    action = Actions(trace)
+    alloc = action.is_("alloc")
     # frees count where they complete; a trace without free_completed, where they are requested
     for name in ("free_completed", "free", "free_requested"):
-        freed = action == name
+        freed = action.is_(name)
         if freed.any():
             break
     event = alloc | freed
     entry = np.flatnonzero(event)
     sign = np.where(alloc[entry], 1, -1).astype(np.int64)
     other = np.flatnonzero(~event)  # where an oom can be: most traces are mostly events
-    return (sign, column(trace, "size", 0)[entry], entry), other[action[other] == "oom"]
+    return (sign, column(trace, "size", 0)[entry], entry), other[action.at(other) == "oom"]
 
 
 def _end_bytes(segments: list[dict[str, Any]], device: int) -> tuple[int, np.ndarray, bool]:

@@ -15,10 +15,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.categories import ACTIVATION, ORDER, OTHER, UNKNOWN, category_name
 from ..files.pending import Pending, built
+
+if TYPE_CHECKING:
+    from .pairing import Actions
 
 Storages = dict[int, tuple[int, str]]  # storage address -> (bytes, category)
 # address -> (trace index, action, size, time_us) of its allocations and frees, in trace order
@@ -128,12 +131,12 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
     that is an allocation (the block it frees), else the start's role there, else ``other``."""
     import numpy as np
 
-    from .pairing import addresses, column, paired
+    from .pairing import Actions, addresses, column, paired
 
-    action = column(trace, "action", None, object)
-    is_alloc, is_free = action == "alloc", action == "free_completed"
+    action = Actions(trace)
+    is_alloc, is_free = action.is_("alloc"), action.is_("free_completed")
     other = np.flatnonzero(~(is_alloc | is_free))
-    for i, act in zip(other.tolist(), action[other].tolist()):
+    for i, act in zip(other.tolist(), action.at(other).tolist()):
         if act in _FREES or act == "segment_alloc" or (act == "segment_free" and i > 0):
             return None
     addr, size = column(trace, "addr", 0), column(trace, "size", 0)
@@ -154,10 +157,9 @@ def _label_columns(trace: Pending, wanted: set[int], roles: Roles) -> tuple[dict
     unpaired = at[frees[~freeing]]
     for i, a_i, s_i in zip(unpaired.tolist(), addr[unpaired].tolist(), size[unpaired].tolist()):
         code[i] = _code(names, _role(roles.start, a_i, s_i) or OTHER)
-    categories = list(map(names.__getitem__, code.tolist()))
-    trace.label(categories)
+    trace.label(names, code)  # the writer makes them names
     held = at[last & is_alloc[at]]  # the address's last event an allocation: allocated at the end
-    live = dict(zip(addr[held].tolist(), map(categories.__getitem__, held.tolist())))
+    live = dict(zip(addr[held].tolist(), map(names.__getitem__, code[held].tolist())))
     return live, bool(len(other))
 
 
@@ -197,7 +199,7 @@ def _role(storages: Storages, addr: Any, size: Any) -> str | None:
     return seen[1] if seen is not None and seen[0] == size else None
 
 
-def _events_in_columns(trace: Pending, action: Any, addr: Any, size: Any, wanted: set[int]) -> Events:
+def _events_in_columns(trace: Pending, action: Actions, addr: Any, size: Any, wanted: set[int]) -> Events:
     """The allocations and frees at the ``wanted`` addresses, by address (see ``Events``), from a
     trace's columns: the times of those alone read."""
     import numpy as np
@@ -207,7 +209,7 @@ def _events_in_columns(trace: Pending, action: Any, addr: Any, size: Any, wanted
     at = np.flatnonzero(np.isin(addr, looked))
     if not len(at):
         return events
-    rows = zip(at.tolist(), action[at].tolist(), addr[at].tolist(), size[at].tolist(), trace.times_of(at).tolist())
+    rows = zip(at.tolist(), action.at(at).tolist(), addr[at].tolist(), size[at].tolist(), trace.times_of(at).tolist())
     for i, act, a, s, t in rows:
         if act == "alloc" or act in _FREES:
             events[a].append((i, act, s, t))

@@ -31,6 +31,33 @@ def column(trace: list[dict[str, Any]] | Pending, key: str, default: Any, dtype:
         return np.fromiter(map(dict.get, trace, repeat(key, n), repeat(default, n)), dtype=dtype, count=n)
 
 
+class Actions:
+    """Each entry's ``action`` of a trace, asked as a mask (``is_``) or for a few entries (``at``):
+    a list's column read once and compared as objects (no per-entry hashing); a trace still to
+    build answers from its signed sizes, comparing no string per block entry."""
+
+    def __init__(self, trace: list[dict[str, Any]] | Pending) -> None:
+        self._pending = trace if type(trace) is Pending and not trace.ready else None
+        self._column = column(trace, "action", None, object) if self._pending is None else None
+
+    def is_(self, name: str) -> np.ndarray:
+        if self._pending is not None:
+            return self._pending.is_action(name)
+        assert self._column is not None
+        found: np.ndarray = np.equal(self._column, name)
+        return found
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        """The actions at ``index``, as objects."""
+        if self._pending is not None:
+            found = np.empty(len(index), dtype=object)
+            found[:] = self._pending.actions_at(index)
+            return found
+        assert self._column is not None
+        picked: np.ndarray = self._column[index]
+        return picked
+
+
 # Entries picked here and there cost ~8x an entry of a pass over the whole list (cache misses).
 SPARSE = 8
 

@@ -40,6 +40,10 @@ class Window:
             self.times = deque(times_ns(list(self.times)), self.times.maxlen)
             self.unread = False
 
+    def columns(self) -> tuple[deque[Any], deque[int], deque[int]]:
+        """The rings (times as held: ``unread`` ones are nodes)."""
+        return self.times, self.ptrs, self.sizes
+
     @property
     def maxlen(self) -> int:
         return self.ptrs.maxlen or 0
@@ -158,14 +162,14 @@ def newest_entries(trace: list[dict[str, Any]] | Pending, max_entries: int, segm
     return kept
 
 
-def wholly_dropped(window: Window, after: int, max_entries: int, segments: bool) -> int:
-    """How many of the oldest ``window`` events (each one block entry) ``newest_entries`` drops
-    with their whole group, where ``after`` frees follow them: those need not be built. Its cut
-    runs from the oldest group while the rest still overflows."""
-    if not window:
+def wholly_dropped(sizes: np.ndarray, after: int, max_entries: int, segments: bool) -> int:
+    """How many of the oldest window events (signed ``sizes``, each one block entry)
+    ``newest_entries`` drops with their whole group, where ``after`` frees follow them: those
+    need not be built. Its cut runs from the oldest group while the rest still overflows."""
+    if not len(sizes):
         return 0
     alloc_group, free_group = (2, 3) if segments else (1, 2)
-    groups = np.where(np.fromiter(window.sizes, np.int64, len(window)) > 0, alloc_group, free_group)
+    groups = np.where(sizes > 0, alloc_group, free_group)
     ends = np.cumsum(groups)
     cut = int(ends[-1]) + free_group * after - max_entries
     return int(np.searchsorted(ends, cut, side="right")) if cut > 0 else 0

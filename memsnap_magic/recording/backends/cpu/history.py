@@ -22,6 +22,8 @@ from itertools import chain, compress, islice, repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from ....core.nogc import no_gc
 from ....files.compact import expand
 from ....files.layout import MARK_KEY
@@ -243,14 +245,17 @@ class History:
         trace: list[dict[str, Any]] | Pending
         if not (before or known or stacks):  # the usual window: nothing to insert or correct
             # the oldest events whose groups the ring drops whole (``newest_entries``) are not built
-            skip = wholly_dropped(self.window, len(pending), max_entries, segment_events)
             w = self.window
+            sizes = np.fromiter(w.sizes, np.int64, len(w))
+            skip = wholly_dropped(sizes, len(pending), max_entries, segment_events)
+            times, ptrs, kept_sizes = (list(islice(c, skip, None)) if skip else list(c) for c in w.columns())
             trace = Pending(
-                list(islice(w.times, skip, None)),
-                list(islice(w.ptrs, skip, None)),
-                list(islice(w.sizes, skip, None)),
-                functools.partial(block_entries, mark=mark),
-                times_ns if w.unread else None,
+                times,
+                ptrs,
+                kept_sizes,
+                build=functools.partial(block_entries, mark=mark),
+                read_times=times_ns if w.unread else None,
+                sizes_array=sizes[skip:],
             )
             if self.stacks is not None:  # a start block's free carries the stack it was carried in with
                 for ptr, frames in self.stacks.start_frames.items():
