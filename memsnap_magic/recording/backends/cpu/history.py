@@ -170,10 +170,12 @@ class History:
             chain.from_iterable(c.sizes for c in tail),
             unread=any(c.times is None for c in tail),
         )
-        if self.stacks is not None:
+        if self.stacks is not None and any(c.made is not None for c in tail):
             kept_sizes = list(chain.from_iterable(c.sizes for c in tail))
             kept_made = chain.from_iterable(c.made if c.made is not None else repeat(None, len(c.ptrs)) for c in tail)
             self.stacks.keep(self.count - len(kept_sizes), kept_sizes, list(kept_made), self.count - newest)
+        elif self.stacks is not None:  # no allocation large enough for a stack among the newest
+            self.stacks.keep(self.count, [], [], self.count - newest)
 
     def add_events(self, events: list[tuple[int, int, int]]) -> None:
         """Events given as ``(time_ns, ptr, signed size)``, in time order (tests, tools)."""
