@@ -197,7 +197,7 @@ class Pending:
             ("alloc" if self._sizes[j] > 0 else "free_completed") if j < blocks else self.tail[j - blocks].get("action")
             for j in (first + i for i in index.tolist())
         ]
-        if self._segment_free_head and len(index) and found:
+        if self._segment_free_head:  # as ``cut_head`` makes the first kept entry
             found = ["segment_free" if i == 0 else a for i, a in zip(index.tolist(), found)]
         return found
 
