@@ -80,8 +80,12 @@ class Pending:
         return self
 
     def _action(self, i: int) -> Any:
+        """Entry ``i``'s action, counted before the cut (``_first``), as its built entry has it
+        before ``cut_head``."""
         blocks = len(self._sizes)
-        return ("alloc" if self._sizes[i] > 0 else "free_completed") if i < blocks else self.tail[i - blocks]["action"]
+        if i < blocks:
+            return "alloc" if self._sizes[i] > 0 else "free_completed"
+        return self.tail[i - blocks].get("action")
 
     # --- building --------------------------------------------------------------------------
 
@@ -192,11 +196,8 @@ class Pending:
 
     def actions_at(self, index: np.ndarray) -> list[Any]:
         """``action`` of the kept entries at ``index`` (a few: the rest are asked ``is_action``)."""
-        first, blocks = self._first or 0, len(self._sizes)
-        found = [
-            ("alloc" if self._sizes[j] > 0 else "free_completed") if j < blocks else self.tail[j - blocks].get("action")
-            for j in (first + i for i in index.tolist())
-        ]
+        first = self._first or 0
+        found = [self._action(first + i) for i in index.tolist()]
         if self._segment_free_head:  # as ``cut_head`` makes the first kept entry
             found = ["segment_free" if i == 0 else a for i, a in zip(index.tolist(), found)]
         return found
