@@ -2,13 +2,14 @@
 
 Each step builds its ``Interval`` the way ``Recorder._finish`` does (``summarize``, ``decimate``
 to <= 2,000 points, ``alive_at`` for the top blocks) and adds it to a fresh ``Session``. The
-session must keep summaries, never snapshots, so the RSS growth over the 200 steps should stay
-far below the size of even one snapshot in memory (the reference, measured as the RSS taken by
-building it); target growth <= 200 MB. To keep it fast the same snapshot dict is summarised 200
-times; that the session does not keep it is checked (its reference count is unchanged at the
-end). RSS is read from ``/proc/self/statm`` (tracemalloc would be too slow). One warm-up
-interval is built before the first reading so numpy's and the allocator's first-use growth is
-not counted. Quick mode: 20 steps of a 50k-entry snapshot.
+session must keep summaries, never snapshots, so what it holds after the 200 steps should stay
+far below the size of even one snapshot in memory (the reference); target <= 200 MB. To keep it
+fast the same snapshot dict is summarised 200 times; that the session does not keep it is checked
+(its reference count is unchanged at the end). Both are measured with ``tracemalloc`` (Python's
+and numpy's allocations), which doubles the loop's time: the RSS said nothing in a full run,
+where memory freed by the benchmarks before it took a whole snapshot without growing (it read
+0 MB for the snapshot itself). One warm-up interval is built first so first-use caches are not
+counted. Quick mode: 20 steps of a 50k-entry snapshot.
 
 ``session_memory_steps``: a session must stay flat in its number of steps. Sessions of 50 and
 of 1,000 steps are built the way a warm ``%memsnap load`` builds them, each interval decoded from
@@ -24,7 +25,7 @@ import os
 import sys
 import tracemalloc
 
-from common import Context, MiB, Row, drop_cached, interval_from, make_snapshot, rss_bytes
+from common import Context, MiB, Row, drop_cached, interval_from, make_snapshot
 
 NAME = "session_memory"
 
@@ -34,18 +35,22 @@ def run(ctx: Context) -> list[Row]:
 
     steps, entries = ctx.pick((200, 200_000), (20, 50_000))
     drop_cached()
-    before = rss_bytes()
-    snap = make_snapshot(entries, frames=4)
-    snapshot_bytes = rss_bytes() - before
-    interval_from(snap, 0)  # warm-up, not kept
-    refs = (sys.getrefcount(snap), sys.getrefcount(snap["device_traces"][0]))
-    s = Session()
     gc.collect()
-    start = rss_bytes()
-    for step in range(1, steps + 1):
-        s.add(interval_from(snap, step))
-    gc.collect()
-    growth = rss_bytes() - start
+    tracemalloc.start()
+    try:
+        snap = make_snapshot(entries, frames=4)
+        snapshot_bytes = tracemalloc.get_traced_memory()[0]
+        interval_from(snap, 0)  # warm-up, not kept
+        refs = (sys.getrefcount(snap), sys.getrefcount(snap["device_traces"][0]))
+        s = Session()
+        gc.collect()
+        start = tracemalloc.get_traced_memory()[0]
+        for step in range(1, steps + 1):
+            s.add(interval_from(snap, step))
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
     kept = (sys.getrefcount(snap), sys.getrefcount(snap["device_traces"][0])) != refs
     return [_steps_row(ctx, snap, entries), *_growth_row(steps, entries, growth, snapshot_bytes, kept)]
 
@@ -89,7 +94,7 @@ def _growth_row(steps: int, entries: int, growth: int, snapshot_bytes: int, kept
     return [
         Row(
             "session_memory",
-            f"RSS growth, {steps} intervals from {entries:,}-entry snapshots",
+            f"memory a session holds after {steps} intervals from {entries:,}-entry snapshots (tracemalloc)",
             f"one snapshot in memory ({snapshot_bytes / MiB:.0f} MB)",
             mb,
             "MB",

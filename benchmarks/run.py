@@ -5,8 +5,9 @@
 Each figure is measured in this run against its reference (see each ``bench_*.py``), medians over
 interleaved repeats. ``--quick`` (smaller sizes, fewer repeats, well under a minute; what
 ``tests/test_benchmarks.py`` runs) marks its JSON ``"quick": true``. Results go to
-``benchmarks/results/<name>.json`` and ``summary.json`` unless ``--out-dir`` is given (with
-``--only``, the summary holds only the benchmarks run).
+``benchmarks/results/<name>.json`` and ``summary.json`` unless ``--out-dir`` is given. With
+``--only``, the rows of the benchmarks run replace theirs in an existing summary and the others
+stay; ``runs`` says which run (commit, date) each benchmark's rows come from.
 Exit status: 0 when every benchmark ran, whether or not it met its target; 1 when one crashed
 (its traceback is in its JSON and on stderr).
 """
@@ -121,6 +122,23 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _merged(path: Path, new: dict[str, Any], ran: set[str]) -> dict[str, Any]:
+    """``new``'s rows over those of an earlier summary at ``path`` of the same kind (quick or
+    not): a partial rerun into the results folder keeps the other benchmarks' rows."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return new
+    if old.get("quick") != new["quick"] or not isinstance(old.get("rows"), dict):
+        return new
+    runs = {k: v for k, v in old.get("runs", {}).items() if k not in ran}
+    # a benchmark that ran now has only its rows of now (one it no longer reports goes)
+    dropped = {name for k, v in old.get("runs", {}).items() if k in ran for name in v.get("rows", [])}
+    kept = {name: row for name, row in old["rows"].items() if name not in new["rows"] and name not in dropped}
+    crashed = [b for b in old.get("crashed", []) if b not in ran] + new["crashed"]
+    return {**new, "crashed": crashed, "runs": {**runs, **new["runs"]}, "rows": {**kept, **new["rows"]}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (< ~60 s)")
@@ -151,12 +169,22 @@ def main(argv: list[str] | None = None) -> int:
         "machine": info,
         "seconds": round(time.perf_counter() - t0, 1),
         "crashed": [r["benchmark"] for r in results if r["error"]],
+        "runs": {
+            r["benchmark"]: {
+                "git_commit": info.get("git_commit"),
+                "date": info.get("date"),
+                "rows": [row["name"] for row in r["rows"]],
+            }
+            for r in results
+        },
         "rows": {
             row["name"]: {k: row[k] for k in ("what", "reference", "value", "unit", "target", "passed", "note")}
             for r in results
             for row in r["rows"]
         },
     }
+    if args.only:
+        summary = _merged(args.out_dir / "summary.json", summary, set(names))
     (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(table(results))
     print(

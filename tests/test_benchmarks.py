@@ -110,3 +110,36 @@ def test_the_entries_floor_builds_what_the_cells_ring_keeps(cpu, context: str) -
     times = [e["time_us"] for e in built]
     assert times == sorted(times)
     assert all(set(e) == {"action", "addr", "size", "stream", "time_us"} and e["size"] == 16 for e in built)
+
+
+def test_a_partial_run_replaces_only_its_benchmarks_rows(tmp_path: Path) -> None:
+    """``run.py --only`` into the results folder keeps the rows of the benchmarks it did not run
+    (it used to overwrite the whole summary with its own few)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run
+
+    def summary(commit: str, rows: dict[str, list[str]], quick: bool = False) -> dict:
+        return {
+            "quick": quick,
+            "crashed": [],
+            "runs": {b: {"git_commit": commit, "date": "d", "rows": names} for b, names in rows.items()},
+            "rows": {name: {"value": commit} for names in rows.values() for name in names},
+        }
+
+    path = tmp_path / "summary.json"
+
+    def merged(old: dict, new: dict, ran: set[str]) -> dict:
+        path.write_text(json.dumps(old))
+        return run._merged(path, new, ran)
+
+    old = summary("a", {"scan": ["warm_scan", "cold_scan_jobs"], "load": ["load_rss"], "cell": ["cell_overhead"]})
+    new = summary("b", {"scan": ["warm_scan"], "cell": ["cell_overhead"]})
+    out = merged(old, new, {"scan", "cell"})
+    # the rerun benchmarks' rows are now's, a row one no longer reports is gone, the rest stay
+    assert out["rows"] == {"warm_scan": {"value": "b"}, "cell_overhead": {"value": "b"}, "load_rss": {"value": "a"}}
+    assert {b: r["git_commit"] for b, r in out["runs"].items()} == {"scan": "b", "cell": "b", "load": "a"}
+    # a quick run never mixes with a full one's figures, nor a summary that cannot be read
+    quick = summary("b", {"scan": ["warm_scan"]}, quick=True)
+    assert merged(old, quick, {"scan"})["rows"] == {"warm_scan": {"value": "b"}}
+    path.write_text("{not json")
+    assert run._merged(path, new, {"scan", "cell"}) == new
