@@ -81,3 +81,45 @@ def test_relative_links_of_the_readme_and_docs_resolve(page):
         assert linked.exists(), f"{page}: {target}"
         if anchor:
             assert anchor in headings(linked), f"{page}: {target}"
+
+
+# Files the pages name only as examples of what one would add, or that a run makes
+NOT_IN_THE_TREE = {"recording/backends/mps.py", "demo-out/demo.ipynb"}
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_files_the_readme_and_docs_name_exist(page):
+    # a module moved leaves its old path in the prose: the map of the code must follow it
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    named = set(re.findall(r"`([\w./-]+\.(?:py|sh|ipynb|toml))`", path.read_text())) - NOT_IN_THE_TREE
+    package = ROOT / "memsnap_magic"
+    layers = [p for p in package.iterdir() if p.is_dir()]
+    roots = [ROOT, package, *layers, ROOT / "benchmarks", ROOT / "tests", ROOT / "scripts"]
+    missing = [name for name in sorted(named) if not any((root / name).exists() for root in roots)]
+    assert not missing, f"{page} names files that are not there: {missing}"
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_modules_the_readme_and_docs_name_exist(page):
+    # `files.pending`, `results.analysis.summarize`: a module or name the prose points a reader to
+    import importlib
+
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    layers = "core|files|recording|results|views|ipython|cli|integrations"
+    named = set(re.findall(rf"`(?:memsnap_magic\.)?((?:{layers})\.[\w.]+)`", path.read_text()))
+    missing = []
+    for name in sorted(named):
+        parts = f"memsnap_magic.{name}".split(".")
+        for i in range(len(parts), 1, -1):  # the longest importable prefix, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for attr in parts[i:]:
+                obj = getattr(obj, attr, missing)
+            if obj is missing:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert not missing, f"{page} names modules or names that are not there: {missing}"
