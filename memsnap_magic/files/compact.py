@@ -72,10 +72,9 @@ def cut_head(kept: Compact, cut: int) -> None:
 
 
 def entries(trace: Any) -> int:
-    """How many entries ``trace`` (a list, a ``Compact`` or a ``pending.Pending``) holds once completed."""
-    from .pending import Pending  # here: it builds on this module
-
-    return len(trace) + trace.companions if type(trace) is Compact or type(trace) is Pending else len(trace)
+    """How many entries ``trace`` (a list, a ``Compact`` or a ``pending.Pending``, which counts
+    its ``companions`` as ``Compact`` does) holds once completed."""
+    return len(trace) + getattr(trace, "companions", 0)
 
 
 def expand(trace: Compact) -> list[dict[str, Any]]:
@@ -102,15 +101,15 @@ def expand(trace: Compact) -> list[dict[str, Any]]:
 
 
 def complete(snap: dict[str, Any], pause: Callable[[], None] | None = None) -> None:
-    """Write the companions into every ``Compact`` trace of ``snap`` (a ``Pending`` one built
-    first, with ``pause`` between slices), in place."""
-    from .pending import Pending
-
+    """Write the companions into every ``Compact`` trace of ``snap``, in place. A trace still to
+    build (``pending.Pending``, the one trace with ``built``) is built first, with ``pause``
+    between slices."""
     traces = snap.get("device_traces")
     if type(traces) is list:
         for i, trace in enumerate(traces):
-            if type(trace) is Pending:
-                trace = trace.built(pause)
+            build = getattr(trace, "built", None)
+            if build is not None:
+                trace = build(pause)
             if type(trace) is Compact:
                 traces[i] = expand(trace)
 
