@@ -421,6 +421,59 @@ def test_build_snapshot_matches_the_walk_on_any_events(moves, live_start, end_ke
             assert build_snapshot(events, live_start, live_end, 99_000, newest, False) == expected
 
 
+def test_a_start_block_freed_unseen_goes_before_an_allocation_at_another_address_taking_its_bytes():
+    # what a real session gave (CI, 2026-12-05): `old` freed unreported, and the allocator handed
+    # part of its bytes to a larger block starting below it; `x` freed unreported, its bytes unused
+    import cpu_reference
+
+    old, x, big, small = 0x10_0000, 0x40_0000, 0x0F_8000, 0x80_0000
+    live_start = {old: 0x2_0000, x: 4096, 0x90_0000: 512}
+    events = [(1_000, big, 0x4_0000), (2_000, small, 132)]
+    live_end = {big: 0x4_0000, small: 132, 0x90_0000: 512}
+    for newest in (3, 50, 10**6):
+        snap = build_snapshot(events, live_start, live_end, 99_000, newest, False)
+        assert snap == cpu_reference.build_snapshot(events, live_start, live_end, 99_000, newest)
+    trace = snap["device_traces"][0]
+    assert [(e["action"], e["addr"]) for e in trace] == [
+        ("free_requested", old),
+        ("free_completed", old),
+        ("alloc", big),
+        ("alloc", small),
+        ("free_requested", x),
+        ("free_completed", x),
+    ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(1, 9), st.booleans()), max_size=30),
+    st.dictionaries(st.integers(0, 12), st.integers(1, 9), max_size=4),
+    st.sets(st.integers(0, 12)),
+)
+@settings(max_examples=400, deadline=None)
+def test_start_blocks_freed_unseen_are_freed_where_their_bytes_are_first_taken(moves, start, end_slots):
+    # addresses 4 bytes apart, blocks up to 9 long: an allocation may take a start block's bytes
+    # at its address or at another; the whole interval is in the window (none of it dropped)
+    import cpu_reference
+
+    live_start: dict[int, int] = {}  # live side by side, as a walk finds them: none overlaps the one before
+    for slot, size in sorted(start.items()):
+        if not live_start or max(live_start) + live_start[max(live_start)] <= 4 * slot:
+            live_start[4 * slot] = size
+    live: dict[int, int] = {}
+    events = []
+    for i, (slot, size, free) in enumerate(moves):
+        ptr = 4 * slot
+        if free and ptr in live:
+            events.append((1000 * i, ptr, -live.pop(ptr)))
+        elif not free and ptr not in live:
+            live[ptr] = size
+            events.append((1000 * i, ptr, size))
+    # the start blocks a walk still finds at the end (any of them), and what the events left live
+    live_end = {**{4 * s: live_start[4 * s] for s in end_slots if 4 * s in live_start}, **live}
+    expected = cpu_reference.build_snapshot(events, live_start, live_end, 99_000, 10**6)
+    assert build_snapshot(events, live_start, live_end, 99_000, 10**6, False) == expected
+
+
 @given(
     st.lists(st.tuples(st.sampled_from([0x10, 0x20, 0x30, 0x40]), st.integers(1, 5), st.booleans()), max_size=40),
     st.dictionaries(st.sampled_from([0x10, 0x20, 0x50]), st.integers(1, 9)),
