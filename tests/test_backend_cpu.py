@@ -456,9 +456,11 @@ def test_start_blocks_freed_unseen_are_freed_where_their_bytes_are_first_taken(m
     import cpu_reference
 
     live_start: dict[int, int] = {}  # live side by side, as a walk finds them: none overlaps the one before
+    below = 0  # where the last block kept ends
     for slot, size in sorted(start.items()):
-        if not live_start or max(live_start) + live_start[max(live_start)] <= 4 * slot:
+        if 4 * slot >= below:
             live_start[4 * slot] = size
+            below = 4 * slot + size
     live: dict[int, int] = {}
     events = []
     for i, (slot, size, free) in enumerate(moves):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -14,6 +15,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "https://github.com/memsnap-magic/memsnap_magic"
 RAW = "https://raw.githubusercontent.com/memsnap-magic/memsnap_magic/main/"
+PAGES = ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))]
+PACKAGE = ROOT / "memsnap_magic"
+LAYERS = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())  # core, files, ...
+
+
+def page_path(page: str) -> Path:
+    """A page of ``PAGES``: the README at the top, the others in docs/."""
+    return ROOT / page if page == "README.md" else ROOT / "docs" / page
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +78,10 @@ def headings(page: Path) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+@pytest.mark.parametrize("page", PAGES)
 def test_relative_links_of_the_readme_and_docs_resolve(page):
     # the README stays short by linking into docs/: every such link names a file and a section there
-    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    path = page_path(page)
     for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
         if target.startswith(("https://", "http://", "mailto:")):
             continue
@@ -87,26 +96,29 @@ def test_relative_links_of_the_readme_and_docs_resolve(page):
 NOT_IN_THE_TREE = {"recording/backends/mps.py", "demo-out/demo.ipynb"}
 
 
-@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+@pytest.mark.parametrize("page", PAGES)
 def test_files_the_readme_and_docs_name_exist(page):
     # a module moved leaves its old path in the prose: the map of the code must follow it
-    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    path = page_path(page)
     named = set(re.findall(r"`([\w./-]+\.(?:py|sh|ipynb|toml))`", path.read_text())) - NOT_IN_THE_TREE
-    package = ROOT / "memsnap_magic"
-    layers = [p for p in package.iterdir() if p.is_dir()]
-    roots = [ROOT, package, *layers, ROOT / "benchmarks", ROOT / "tests", ROOT / "scripts"]
+    roots = [
+        ROOT,
+        PACKAGE,
+        *(PACKAGE / layer for layer in LAYERS),
+        ROOT / "benchmarks",
+        ROOT / "tests",
+        ROOT / "scripts",
+    ]
     missing = [name for name in sorted(named) if not any((root / name).exists() for root in roots)]
     assert not missing, f"{page} names files that are not there: {missing}"
 
 
-@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+@pytest.mark.parametrize("page", PAGES)
 def test_modules_the_readme_and_docs_name_exist(page):
     # `files.pending`, `results.analysis.summarize`: a module or name the prose points a reader to
-    import importlib
-
-    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
-    layers = "core|files|recording|results|views|ipython|cli|integrations"
-    named = set(re.findall(rf"`(?:memsnap_magic\.)?((?:{layers})\.[\w.]+)`", path.read_text()))
+    path = page_path(page)
+    named = set(re.findall(rf"`(?:memsnap_magic\.)?((?:{'|'.join(LAYERS)})\.[\w.]+)`", path.read_text()))
+    absent = object()
     missing = []
     for name in sorted(named):
         parts = f"memsnap_magic.{name}".split(".")
@@ -116,8 +128,8 @@ def test_modules_the_readme_and_docs_name_exist(page):
             except ImportError:
                 continue
             for attr in parts[i:]:
-                obj = getattr(obj, attr, missing)
-            if obj is missing:
+                obj = getattr(obj, attr, absent)
+            if obj is absent:
                 missing.append(name)
             break
         else:
