@@ -135,3 +135,19 @@ def test_modules_the_readme_and_docs_name_exist(page):
         else:
             missing.append(name)
     assert not missing, f"{page} names modules or names that are not there: {missing}"
+
+
+def test_the_reference_lists_every_option_line_command_and_subcommand():
+    # the README points here for the whole list: an option or command added in the code is added here
+    from memsnap_magic import cli
+    from memsnap_magic.ipython.magic import COMMANDS
+    from memsnap_magic.recording.options import OPTIONS
+
+    text = page_path("reference.md").read_text()
+    rows = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+    assert rows == set(OPTIONS), f"options table rows {sorted(rows)} against the options {sorted(OPTIONS)}"
+    absent = [c for c in COMMANDS if f"`%memsnap {c}" not in text]
+    assert not absent, f"line commands the reference does not show: {absent}"
+    subcommands = [c.__name__.rsplit(".", 1)[-1] for c in cli.COMMANDS]
+    absent = [c for c in subcommands if not re.search(rf"^memsnap {c} ", text, re.M)]
+    assert not absent, f"memsnap subcommands the reference does not show: {absent}"
