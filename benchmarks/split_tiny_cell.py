@@ -1,0 +1,145 @@
+"""Where a ``%%memsnap`` cell that does nothing spends its time: issue 44's empty-cell row, split.
+
+Not a row of ``run.py`` (no reference, no target): the evidence behind that row's note. In the
+shell ``bench_cell`` uses (the MLP and its optimizer in the namespace, one torch thread), each of
+the magic's parts is wrapped in a timer and the cell run ``--cells`` times, alternating with the
+plain cell and with PyTorch's own profiler session around the same cell. Printed: the median
+milliseconds of each part per cell, cold (a full collection before each call, as ``run.py``
+times it: a collection reads every object of the process and leaves the caches cold) and warm
+(the caches as the cell before left them). The whole cells are timed unwrapped first; then the
+parts, in cells of their own.
+
+    .venv/bin/python benchmarks/split_tiny_cell.py [--cells 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import importlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from common import BARE_END, BARE_ON, BARE_TRACER_SETUP, MLP_SETUP, close_shell, make_shell, run_cell, torch_threads
+
+# (label, module, attribute), in the order a cell runs them; an indented label is part of the
+# one above it (its time included there)
+PARTS = [
+    ("the cell's body compiled", "ipython.execute", "CellCode.__init__"),
+    ("start", "recording.recorder", "Recorder.start"),
+    ("  the watch of models and optimizers (their storages now)", "recording.reach", "Reach.new_watch"),
+    ("  opening the interval", "recording.backends.cpu.backend", "CpuBackend.begin"),
+    ("    the namespace's storages (walk)", "recording.backends.cpu.backend", "CpuBackend._walk_start"),
+    ("    PyTorch's session started (and an RSS read)", "recording.backends.cpu.profiler", "_Profiler.start"),
+    ("stop", "recording.recorder", "Recorder.stop"),
+    ("  the snapshot", "recording.backends.cpu.backend", "CpuBackend.snapshot_marked"),
+    ("    PyTorch's session stopped, its event tree", "recording.backends.cpu.profiler", "_Profiler.stop"),
+    ("    the tree read (History.add)", "recording.backends.cpu.history", "History.add"),
+    ("    the snapshot dict (History.snapshot)", "recording.backends.cpu.history", "History.snapshot"),
+    ("  the watch's end (storages again)", "recording.roles", "Watch.finish"),
+    ("  the digest (figures, blocks, sites)", "results.digests", "digest"),
+    ("  the step's folder made (a write that cannot start fails in its cell)", "recording.dump", "_folder_made"),
+    ("  the session joined, the line printed", "recording.dump", "_join_session"),
+    ("  the file handed to the writer", "files.writer", "Writer.submit"),
+    ("  the interval ended (PyTorch's results freed)", "recording.backends.cpu.backend", "CpuBackend.end"),
+    ("both namespace walks (live_storages)", "recording.backends.cpu.backend", "live_storages"),
+]
+
+
+def wrap(spent: dict[str, float]) -> Callable[[], None]:
+    """Every part of ``PARTS`` timed into ``spent`` (seconds, summed over calls); returns what
+    puts the parts back as they were."""
+    undo = []
+    for label, module, attribute in PARTS:
+        owner: Any = importlib.import_module(f"memsnap_magic.{module}")
+        *path, name = attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = owner.__dict__[name]
+        setattr(owner, name, _timed(fn, label, spent))
+        undo.append((owner, name, fn))
+    return lambda: [setattr(owner, name, fn) for owner, name, fn in reversed(undo)] and None
+
+
+def _timed(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", type=int, default=60, help="cells of each kind, cold and warm (60)")
+    cells = parser.parse_args().cells
+    from memsnap_magic import wait_for_writes
+
+    kinds = {
+        "%%memsnap": "%%memsnap\n_tiny = 1",
+        "plain": "_tiny = 1",
+        "PyTorch's session": BARE_ON + "_tiny = 1\n" + BARE_END,
+    }
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as work, torch_threads(1):
+        shell = make_shell(Path(work))
+        try:
+            run_cell(shell, MLP_SETUP + BARE_TRACER_SETUP)
+            for _ in range(5):  # the profiler's one-off start, the first digest's imports
+                run_cell(shell, "%%memsnap\n_tiny = 1")
+            for collect in (True, False):
+
+                def call(code: str, collect: bool = collect) -> float:
+                    wait_for_writes()
+                    if collect:
+                        gc.collect()
+                    t = time.perf_counter()
+                    run_cell(shell, code)
+                    return time.perf_counter() - t
+
+                whole: dict[str, list[float]] = {k: [] for k in kinds}
+                for _ in range(cells):
+                    for kind, code in kinds.items():
+                        whole[kind].append(call(code))
+                spent: dict[str, float] = {}
+                parts: dict[str, list[float]] = {label: [] for label, _, _ in PARTS}
+                unwrap = wrap(spent)
+                try:
+                    for _ in range(cells):
+                        spent.clear()
+                        call(kinds["%%memsnap"])
+                        for label in parts:
+                            parts[label].append(spent.get(label, 0.0))
+                finally:
+                    unwrap()
+                _report("cold: a full collection before each call" if collect else "warm", whole, parts)
+        finally:
+            close_shell(shell)
+            wait_for_writes()
+            os.chdir(here)
+
+
+def _report(title: str, whole: dict[str, list[float]], parts: dict[str, list[float]]) -> None:
+    ms = {k: statistics.median(v) * 1000 for k, v in whole.items()}
+    plain = ms["plain"]
+    print(f"\n{title} (medians, ms a cell)")
+    session = ms["PyTorch's session"] - plain
+    print(f"  the plain cell {plain:.2f}; PyTorch's session around it +{session:.2f}")
+    print(f"  the %%memsnap cell +{ms['%%memsnap'] - plain:.2f} over the plain cell, of which:")
+    for label, times in parts.items():
+        print(f"    {label:<72} {statistics.median(times) * 1000:6.3f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
