@@ -151,6 +151,18 @@ def test_the_magic_names_the_list_in_the_notebook(cpu, capsys):
     assert "do: keep `loss.item()`" in out
 
 
+def test_a_cpu_step_that_leaves_recording_on_is_not_walked(cpu):
+    # clear=false leaves the CPU profiler and its tracer on: a walk then would be recorded into the
+    # next step, so its holders are looked for once a step ends the recording
+    cpu.run_cell("keep = []")
+    assert cpu.run_cell("%%memsnap step=1 clear=false\nkeep.append(torch.ones(2 * 2**20 // 4))\n").success
+    assert cpu.run_cell("%%memsnap step=2\nkeep.append(torch.ones(2 * 2**20 // 4))\n").success
+    wait_for_writes()
+    first, second = session().intervals
+    assert first.kept == 2 * MiB and first.holders is None and not first.kept_by
+    assert second.kept_by and all(path.startswith("keep[") for path, _, _ in second.kept_by)
+
+
 def test_memory_no_name_reaches_is_said_as_such(tmp_path):
     hidden: list[torch.Tensor] = []
     for step in range(1, 4):
