@@ -449,6 +449,25 @@ def test_the_magic_predicts_from_loaded_runs(
         assert "\n" not in str(info.value)
 
 
+def test_a_prediction_shown_as_a_cells_value_reads_as_the_magic_says_it(
+    shell: Any, recorded: dict[tuple[str, int], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memsnap_magic.predict(...)`` as a cell's last line shows its words, not a one-line dump of
+    its fields; ``repr`` stays the dataclass's, and ``%unload_ext`` takes the display back."""
+    for s in (2, 4, 8):
+        shell.run_line_magic("memsnap", f"load {recorded['mlp', s]} as=mlp{s}")
+    capsys.readouterr()
+    shell.run_line_magic("memsnap", "predict batch=64")
+    said = capsys.readouterr().out
+    shell.run_cell("import memsnap_magic\np = memsnap_magic.predict(batch=64)\np")
+    shown = capsys.readouterr().out
+    assert said.startswith("memsnap predict: step 1 at batch=64") and said.strip() in shown
+    assert "Prediction(" not in shown and repr(shell.user_ns["p"]).startswith("Prediction(dim='batch'")
+    shell.run_line_magic("unload_ext", "memsnap_magic")
+    shell.run_cell("p")
+    assert "Prediction(dim='batch'" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- synthetic steps
 
 

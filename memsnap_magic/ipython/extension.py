@@ -1,6 +1,7 @@
 """What ``%load_ext memsnap_magic`` sets up in a shell, and ``%unload_ext`` takes down: the
 magics, ``mark`` in the namespace, our background writes paused while a cell runs, a count
-of cells run, and the check that refuses a ``%%memsnap`` body's syntax error before it records.
+of cells run, the check that refuses a ``%%memsnap`` body's syntax error before it records, and
+a ``Prediction`` shown as a cell's value in the words ``%memsnap predict`` prints.
 
 Imports neither torch, numpy nor matplotlib: they load when a cell first records or draws.
 """
@@ -32,6 +33,26 @@ def load(ipython: Any) -> None:
     cleanup = getattr(ipython, "input_transformers_cleanup", None)
     if cleanup is not None and not any(isinstance(t, SyntaxCheck) for t in cleanup):
         cleanup.append(SyntaxCheck(ipython))
+    plain = _plain_text(ipython)
+    if plain is not None:  # by name: nothing of the prediction's (numpy) loads until one is shown
+        plain.for_type_by_name(*PREDICTION, _prediction_words)
+
+
+PREDICTION = ("memsnap_magic.results.prediction", "Prediction")
+
+
+def _plain_text(ipython: Any) -> Any:
+    """The shell's plain-text formatter (what shows a cell's value), where it has one."""
+    formatter = getattr(ipython, "display_formatter", None)
+    return getattr(formatter, "formatters", {}).get("text/plain")
+
+
+def _prediction_words(p: Any, printer: Any, cycle: bool) -> None:
+    """``memsnap_magic.predict(...)`` as a cell's last line: its words, not its fields on one line
+    (``repr(p)`` stays the dataclass's)."""
+    from ..views.prediction import prediction_text
+
+    printer.text(prediction_text(p))
 
 
 def _before_cell(info: Any = None) -> None:
@@ -69,6 +90,9 @@ def unload(ipython: Any) -> None:
     cleanup[:] = [t for t in cleanup if not isinstance(t, SyntaxCheck)]
     if ipython.user_ns.get("mark") is mark:
         del ipython.user_ns["mark"]
+    plain = _plain_text(ipython)
+    if plain is not None:
+        plain.pop(".".join(PREDICTION), None)
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("memsnap", None)
