@@ -18,6 +18,8 @@ from ..results.stacks import know_cells
 from .execute import SyntaxCheck
 from .magic import MemsnapMagics
 
+PREDICTION = ("memsnap_magic.results.prediction", "Prediction")  # shown in words (``_prediction_words``)
+
 
 def load(ipython: Any) -> None:
     """``%load_ext memsnap_magic``: register the magics and offer ``mark`` in the namespace."""
@@ -36,9 +38,6 @@ def load(ipython: Any) -> None:
     plain = _plain_text(ipython)
     if plain is not None:  # by name: nothing of the prediction's (numpy) loads until one is shown
         plain.for_type_by_name(*PREDICTION, _prediction_words)
-
-
-PREDICTION = ("memsnap_magic.results.prediction", "Prediction")
 
 
 def _plain_text(ipython: Any) -> Any:
