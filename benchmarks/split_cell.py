@@ -1,15 +1,18 @@
-"""Where a ``%%memsnap`` cell that does nothing spends its time: issue 44's empty-cell row, split.
+"""Where a ``%%memsnap`` cell spends its time, part by part: issue 44's empty-cell and 40k rows, split.
 
-Not a row of ``run.py`` (no reference, no target): the evidence behind that row's note. In the
+Not a row of ``run.py`` (no reference, no target): the evidence behind those rows' notes. In the
 shell ``bench_cell`` uses (the MLP and its optimizer in the namespace, one torch thread), each of
 the magic's parts is wrapped in a timer and the cell run ``--cells`` times, alternating with the
-plain cell and with PyTorch's own profiler session around the same cell. Printed: the median
+plain cell and with PyTorch's own profiler session around the same cell, its Python tracer on
+(as the default ``context=all`` runs it). ``--cell empty`` (``_tiny = 1``): the session alone, its
+results freed, as ``bench_cell``'s note; ``--cell 40k`` (40,000 ``torch.empty(4)``): the session to
+its event tree, ``bench_cpu_floor``'s floor. Printed: the median
 milliseconds of each part per cell, cold (a full collection before each call, as ``run.py``
 times it: a collection reads every object of the process and leaves the caches cold) and warm
 (the caches as the cell before left them). The whole cells are timed unwrapped first; then the
 parts, in cells of their own.
 
-    .venv/bin/python benchmarks/split_tiny_cell.py [--cells 60]
+    .venv/bin/python benchmarks/split_cell.py [--cell empty|40k] [--cells 60]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from bench_cpu_floor import TREE_END, loop
 from common import BARE_END, BARE_ON, BARE_TRACER_SETUP, MLP_SETUP, close_shell, make_shell, run_cell, torch_threads
 
 # (label, module, attribute), in the order a cell runs them; an indented label is part of the
@@ -43,6 +47,7 @@ PARTS = [
     ("    the tree read (History.add)", "recording.backends.cpu.history", "History.add"),
     ("    the snapshot dict (History.snapshot)", "recording.backends.cpu.history", "History.snapshot"),
     ("  the watch's end (storages again)", "recording.roles", "Watch.finish"),
+    ("  the labels (categories) and the step's mark on the entries", "recording.dump", "_label_and_stamp"),
     ("  the digest (figures, blocks, sites)", "results.digests", "digest"),
     ("  the step's folder made (a write that cannot start fails in its cell)", "recording.dump", "_folder_made"),
     ("  the session joined, the line printed", "recording.dump", "_join_session"),
@@ -81,14 +86,17 @@ def _timed(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Calla
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cell", choices=["empty", "40k"], default="empty", help="the cell split (empty)")
     parser.add_argument("--cells", type=int, default=60, help="cells of each kind, cold and warm (60)")
-    cells = parser.parse_args().cells
+    args = parser.parse_args()
+    cells = args.cells
     from memsnap_magic import wait_for_writes
 
+    body, end = ("_tiny = 1\n", BARE_END) if args.cell == "empty" else (loop(40_000, 4), TREE_END)
     kinds = {
-        "%%memsnap": "%%memsnap\n_tiny = 1",
-        "plain": "_tiny = 1",
-        "PyTorch's session": BARE_ON + "_tiny = 1\n" + BARE_END,
+        "%%memsnap": "%%memsnap\n" + body,
+        "plain": body,
+        "PyTorch's session": BARE_ON + body + end,
     }
     here = os.getcwd()
     with tempfile.TemporaryDirectory() as work, torch_threads(1):
@@ -96,7 +104,7 @@ def main() -> None:
         try:
             run_cell(shell, MLP_SETUP + BARE_TRACER_SETUP)
             for _ in range(5):  # the profiler's one-off start, the first digest's imports
-                run_cell(shell, "%%memsnap\n_tiny = 1")
+                run_cell(shell, kinds["%%memsnap"])
             for collect in (True, False):
 
                 def call(code: str, collect: bool = collect) -> float:
