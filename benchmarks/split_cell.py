@@ -6,13 +6,15 @@ the magic's parts is wrapped in a timer and the cell run ``--cells`` times, alte
 plain cell and with PyTorch's own profiler session around the same cell, its Python tracer on
 (as the default ``context=all`` runs it). ``--cell empty`` (``_tiny = 1``): the session alone, its
 results freed, as ``bench_cell``'s note; ``--cell 40k`` (40,000 ``torch.empty(4)``): the session to
-its event tree, ``bench_cpu_floor``'s floor. Printed: the median
+its event tree, ``bench_cpu_floor``'s floor; ``--cell nodes``: what each attribute of PyTorch's
+tree costs to read, per node, on that 40k loop's tree (the reading every reader of it pays).
+Printed: the median
 milliseconds of each part per cell, cold (a full collection before each call, as ``run.py``
 times it: a collection reads every object of the process and leaves the caches cold) and warm
 (the caches as the cell before left them). The whole cells are timed unwrapped first; then the
 parts, in cells of their own.
 
-    .venv/bin/python benchmarks/split_cell.py [--cell empty|40k] [--cells 60]
+    .venv/bin/python benchmarks/split_cell.py [--cell empty|40k|nodes] [--cells 60]
 """
 
 from __future__ import annotations
@@ -86,10 +88,13 @@ def _timed(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Calla
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cell", choices=["empty", "40k"], default="empty", help="the cell split (empty)")
+    parser.add_argument("--cell", choices=["empty", "40k", "nodes"], default="empty", help="the cell split (empty)")
     parser.add_argument("--cells", type=int, default=60, help="cells of each kind, cold and warm (60)")
     args = parser.parse_args()
     cells = args.cells
+    if args.cell == "nodes":
+        node_costs()
+        return
     from memsnap_magic import wait_for_writes
 
     body, end = ("_tiny = 1\n", BARE_END) if args.cell == "empty" else (loop(40_000, 4), TREE_END)
@@ -135,6 +140,55 @@ def main() -> None:
             close_shell(shell)
             wait_for_writes()
             os.chdir(here)
+
+
+def node_costs(repeats: int = 3) -> None:
+    """Nanoseconds per node of each attribute of PyTorch's event tree of a 40k ``torch.empty(4)``
+    loop recorded with the Python tracer: every node's, then each allocation's fields'. Each
+    attribute is read on a fresh session's tree, its nodes' wrappers made first (as a reader
+    walking the levels has them), medians of ``repeats``."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT lines
+    import torch
+    from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+    from torch._C._profiler import ProfilerActivity, ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
+    from torch._C._profiler import _ExtraFields_Allocation as Allocation
+
+    config = ProfilerConfig(ProfilerState.KINETO, False, True, True, False, False, _ExperimentalConfig())
+
+    def tree() -> tuple[Any, list[Any]]:
+        _prepare_profiler(config, {ProfilerActivity.CPU})
+        _enable_profiler(config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
+        for _ in range(40_000):
+            t = torch.empty(4)
+        del t
+        result = _disable_profiler()
+        nodes, level = [], result.experimental_event_tree()
+        while level:
+            nodes += level
+            level = [child for node in level for child in node.children]
+        return result, nodes
+
+    def cost(name: str, of_allocations: bool) -> float:
+        """Median ns per item of reading ``name`` of every node (or every allocation's fields)."""
+        costs = []
+        for _ in range(repeats):
+            result, nodes = tree()
+            items = [f for f in (n.extra_fields for n in nodes) if type(f) is Allocation] if of_allocations else nodes
+            gc.collect()
+            t = time.perf_counter()
+            [getattr(item, name) for item in items]
+            costs.append((time.perf_counter() - t) / len(items) * 1e9)
+            del result, nodes, items
+        return statistics.median(costs)
+
+    with torch_threads(1):
+        _, nodes = tree()
+        kinds = sorted({str(n.tag).rsplit(".", 1)[-1] for n in nodes})
+        print(f"a 40k loop's tree: {len(nodes):,} nodes ({', '.join(kinds)}); ns per node read")
+        for name in ("duration_time_ns", "start_time_ns", "tag", "extra_fields", "children"):
+            print(f"  {name:<18} {cost(name, False):6.0f}")
+        for name in ("ptr", "alloc_size"):
+            print(f"  {name:<18} {cost(name, True):6.0f} (per allocation's fields)")
 
 
 def _report(title: str, whole: dict[str, list[float]], parts: dict[str, list[float]]) -> None:
