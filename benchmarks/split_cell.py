@@ -8,11 +8,10 @@ plain cell and with PyTorch's own profiler session around the same cell, its Pyt
 results freed, as ``bench_cell``'s note; ``--cell 40k`` (40,000 ``torch.empty(4)``): the session to
 its event tree, ``bench_cpu_floor``'s floor; ``--cell nodes``: what each attribute of PyTorch's
 tree costs to read, per node, on that 40k loop's tree (the reading every reader of it pays).
-Printed: the median
-milliseconds of each part per cell, cold (a full collection before each call, as ``run.py``
-times it: a collection reads every object of the process and leaves the caches cold) and warm
-(the caches as the cell before left them). The whole cells are timed unwrapped first; then the
-parts, in cells of their own.
+Printed: the median milliseconds of each part per cell, cold (a full collection before each
+call, as ``run.py`` times it: a collection reads every object of the process and leaves the
+caches cold) and warm (the caches as the cell before left them). The whole cells are timed unwrapped first
+(``interleaved``, as ``run.py`` times its rows); then the parts, in cells of their own.
 
     .venv/bin/python benchmarks/split_cell.py [--cell empty|40k|nodes] [--cells 60]
 """
@@ -32,7 +31,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench_cpu_floor import TREE_END, loop
-from common import BARE_END, BARE_ON, BARE_TRACER_SETUP, MLP_SETUP, close_shell, make_shell, run_cell, torch_threads
+from common import (
+    BARE_END,
+    BARE_ON,
+    BARE_TRACER_SETUP,
+    MLP_SETUP,
+    close_shell,
+    interleaved,
+    make_shell,
+    run_cell,
+    timed,
+    torch_threads,
+)
 
 # (label, module, attribute), in the order a cell runs them; an indented label is part of the
 # one above it (its time included there)
@@ -71,7 +81,12 @@ def wrap(spent: dict[str, float]) -> Callable[[], None]:
         fn = owner.__dict__[name]
         setattr(owner, name, _timed(fn, label, spent))
         undo.append((owner, name, fn))
-    return lambda: [setattr(owner, name, fn) for owner, name, fn in reversed(undo)] and None
+
+    def unwrap() -> None:
+        for owner, name, fn in reversed(undo):
+            setattr(owner, name, fn)
+
+    return unwrap
 
 
 def _timed(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
@@ -111,26 +126,16 @@ def main() -> None:
             for _ in range(5):  # the profiler's one-off start, the first digest's imports
                 run_cell(shell, kinds["%%memsnap"])
             for collect in (True, False):
-
-                def call(code: str, collect: bool = collect) -> float:
-                    wait_for_writes()
-                    if collect:
-                        gc.collect()
-                    t = time.perf_counter()
-                    run_cell(shell, code)
-                    return time.perf_counter() - t
-
-                whole: dict[str, list[float]] = {k: [] for k in kinds}
-                for _ in range(cells):
-                    for kind, code in kinds.items():
-                        whole[kind].append(call(code))
+                cell = {kind: functools.partial(run_cell, shell, code) for kind, code in kinds.items()}
+                whole = interleaved(cell, cells, warmup=0, settle=wait_for_writes, collect=collect)
                 spent: dict[str, float] = {}
                 parts: dict[str, list[float]] = {label: [] for label, _, _ in PARTS}
                 unwrap = wrap(spent)
                 try:
                     for _ in range(cells):
+                        wait_for_writes()
                         spent.clear()
-                        call(kinds["%%memsnap"])
+                        timed(cell["%%memsnap"], collect)
                         for label in parts:
                             parts[label].append(spent.get(label, 0.0))
                 finally:
