@@ -23,6 +23,9 @@ Rows:
   (``MLP_SETUP``), so the cell walks them and labels its blocks by what they are;
 - 200k ``torch.empty(16)`` (400k events; the default ``max_entries`` ring overflows), the same two
   ratios (<= 1.15x, <= 1.10x);
+- for both, reported: the ``context=none`` cell against the session it runs now, without the CPU
+  activity (``QUIET``: the same events, no kineto CPU trace), to its tree; the issue's floor
+  for ``context=none`` is the CPU activity's session, which that cell no longer pays for;
 - beyond ``max_entries`` our work must not grow with the cell's length: our time after PyTorch's
   tree is made (timed inside the cell: from ``experimental_event_tree()``'s return to the cell's
   end) per event, at 1M events against 200k, ``context=none`` and default ``max_entries``
@@ -42,6 +45,7 @@ from common import (
     BARE,
     BARE_TRACER,
     MLP_SETUP,
+    QUIET,
     Context,
     Row,
     close_shell,
@@ -220,6 +224,7 @@ def run(ctx: Context) -> list[Row]:
                     "tracer_tree": lambda body=body: run_cell(shell, BARE_TRACER + body + TREE_END),
                     "none": lambda body=body: run_cell(shell, "%%memsnap device=cpu context=none\n" + body),
                     "bare_tree": lambda body=body: run_cell(shell, BARE + body + TREE_END),
+                    "quiet_tree": lambda body=body: run_cell(shell, QUIET + body + TREE_END),
                     "tracer_kept": lambda body=body: run_cell(shell, BARE_TRACER + body + KEPT_END),
                     "bare_kept": lambda body=body: run_cell(shell, BARE + body + KEPT_END),
                     "tracer_read": lambda body=body: run_cell(shell, BARE_TRACER + body + READ_END),
@@ -301,6 +306,24 @@ def run(ctx: Context) -> list[Row]:
                     ),
                 )
             )
+        # the session the context=none cell runs now: the issue's floor above is the CPU activity's
+        quiet = m["none"] / m["quiet_tree"]
+        rows.append(
+            Row(
+                f"cpu_{name}_none_vs_quiet_tree",
+                f"%%memsnap {what}, context=none",
+                "the session it runs, without the CPU activity (MTIA's), to its event tree",
+                quiet,
+                "x",
+                "reported",
+                None,
+                {"median_s": {k: m[k] for k in ("none", "quiet_tree", "bare_tree")}, "events": 2 * n},
+                f"{m['none'] * 1e3:.0f} vs {m['quiet_tree'] * 1e3:.0f} ms, "
+                f"ours {(m['none'] - m['quiet_tree']) * 1e3:.0f} ms; "
+                f"that session costs {m['quiet_tree'] / m['bare_tree']:.2f}x the CPU activity's "
+                f"({m['bare_tree'] * 1e3:.0f} ms)",
+            )
+        )
     per_event = {k: statistics.median(v) / (int(k.split("_")[1])) * 1e9 for k, v in after.items()}
     small, large = 2 * grow[0], 2 * grow[1]
     growth = {c: per_event[f"{c}_{large}"] / per_event[f"{c}_{small}"] for c in ("none", "all")}

@@ -321,6 +321,12 @@ BARE_ON = """_prepare_profiler(_config, {ProfilerActivity.CPU})
 _enable_profiler(_config, {ProfilerActivity.CPU}, {RecordScope.USER_SCOPE})
 """
 BARE = BARE_SETUP + BARE_ON
+# The session a cell without stacks runs since the CPU route dropped the CPU activity there
+# (``profiler._quiet_activities``): MTIA's, which this machine has no device for. The same
+# allocation events; no kineto CPU trace built at its stop (it warns so on stderr: left there).
+QUIET_ON = BARE_ON.replace("ProfilerActivity.CPU", "ProfilerActivity.MTIA")
+QUIET = BARE_SETUP + QUIET_ON
+assert QUIET != BARE
 BARE_TRACER_SETUP = BARE_SETUP.replace("True, False, False, False, _Exp", "True, True, False, False, _Exp")
 BARE_TRACER = BARE_TRACER_SETUP + BARE_ON  # with_stack=True
 assert BARE_TRACER != BARE

@@ -30,7 +30,9 @@ What it does, in an in-process IPython shell with ``%load_ext memsnap_magic``:
    unchanged and the step's snapshot must hold an ``oom`` trace entry.
 4. ``fixtures``: two small real snapshots (<= 2 MB) copied to ``<out-dir>/fixtures/``, with the
    figures the magic derived from them (``tests/test_gpu_fixtures.py`` checks them on the CPU).
-5. ``auto_device``: a cell without ``device=`` must record the accelerator.
+5. ``auto_device``: a cell without ``device=`` must record the accelerator; ``cpu_quiet``: a
+   ``device=cpu context=none`` cell in this process (its session without the CPU activity: see
+   ``profiler._quiet_activities``) keeps exactly the 3 MiB it made, and nothing reaches stderr.
 6. ``overhead``: median wall time of a few training steps plain vs under ``%%memsnap
    stacks=python`` (``overhead_ratio``; the body alone: ``body_overhead_ratio``), and the magic's
    latency after the cell body vs a bare ``_snapshot()`` + ``pickle.dump(protocol=4)``
@@ -763,6 +765,38 @@ def section_auto_device(state: State) -> None:
         "trace_entries": int(iv.trace_entries),
         "warnings": notes,
     }
+
+
+def section_cpu_quiet(state: State) -> None:
+    """The CPU route without stacks in this process (the accelerator in use): its session records
+    with a kineto activity the process has no device for, in place of the CPU's. The cell must
+    keep exactly what it made, and nothing the session says (kineto, CUPTI) may reach stderr."""
+    if state.shell is None:
+        raise RuntimeError("setup failed; nothing to run")
+    from memsnap_magic.recording.backends.cpu.profiler import _stderr_caught
+    from memsnap_magic.recording.process_state import STATE
+
+    code = (
+        "%%memsnap device=cpu context=none step=75 tag=cpuquiet\n"
+        "kept_cpu = [torch.empty(2**20, dtype=torch.uint8) for _ in range(3)]\n"
+    )
+    with _stderr_caught() as caught:
+        res, notes = run_cell(state, code)
+    require_success(res, "CPU route cell without stacks")
+    iv = interval_for(75, "cpuquiet")
+    profiler = STATE.cpu_profiler
+    quiet = sorted(str(a) for a in profiler._quiet) if profiler is not None and profiler._quiet else None
+    lines = [line.decode(errors="replace").rstrip() for line in caught()]
+    kept = int(iv.end_allocated - iv.baseline_allocated)
+    state.results["cpu_quiet"] = {
+        "kept": kept,
+        "expected": 3 * 2**20,
+        "quiet_activities": quiet,
+        "stderr": lines,
+        "warnings": notes,
+        "ok": kept == 3 * 2**20 and quiet is not None and not lines,
+    }
+    state.shell.run_cell("del kept_cpu")
 
 
 def section_views(state: State) -> None:
@@ -1583,6 +1617,7 @@ SECTIONS: tuple[tuple[str, Callable[[State], None]], ...] = (
     ("oom", section_oom),
     ("fixtures", section_fixtures),
     ("auto_device", section_auto_device),
+    ("cpu_quiet", section_cpu_quiet),
     ("overhead", section_overhead),
     ("large_trace", section_large_trace),
     ("views", section_views),

@@ -229,12 +229,15 @@ CELLS = {
 }
 
 
-def profiled(code: str, ns: dict, stacks: bool = False) -> list:
-    """The event tree's roots of a profiler session around ``code``, as the CPU route opens it."""
+def profiled(code: str, ns: dict, stacks: bool = False, cpu_activity: bool = False) -> list:
+    """The event tree's roots of a profiler session around ``code``, as the CPU route opens it
+    (``cpu_activity``: as it does where no quiet activity can stand in for the CPU's)."""
     from memsnap_magic.recording.backends.cpu.profiler import _Profiler
 
     profiler = _Profiler()
     profiler.warm_up()
+    if cpu_activity:
+        profiler._quiet = None
     profiler.start(stacks=stacks)
     exec(code, ns)
     return profiler.stop()
@@ -270,11 +273,14 @@ READINGS = {
 
 @pytest.mark.parametrize("reading", READINGS)
 @pytest.mark.parametrize(
-    "tracer, instants", [(False, True), (True, True), (True, False)], ids=["no tracer", "tracer", "tracer, all fields"]
+    "tracer, instants, cpu_activity",
+    [(False, True, False), (False, True, True), (True, True, True), (True, False, True)],
+    ids=["no tracer", "no tracer, CPU activity", "tracer", "tracer, all fields"],
 )
 @pytest.mark.parametrize("cell", CELLS)
-def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, reading, monkeypatch):
-    # instants=False: every node's fields are read, not only those of nodes without duration
+def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, cpu_activity, reading, monkeypatch):
+    # instants=False: every node's fields are read, not only those of nodes without duration.
+    # Without the tracer, the CPU activity's tree holds user scopes too (where the quiet one can't run)
     import cpu_reference
 
     from memsnap_magic.recording.backends.cpu import events as cpu_history
@@ -291,7 +297,7 @@ def test_the_history_gives_the_snapshot_the_walk_gave(cell, tracer, instants, re
     ns = training_namespace()
     live_start = live_storages(ns)
     chain = [CELLS[cell], "extra = torch.ones(33)\ndel x\n"]  # a clear=false chain: two sessions
-    sessions = [profiled(code, ns, stacks=tracer) for code in chain]
+    sessions = [profiled(code, ns, stacks=tracer, cpu_activity=cpu_activity) for code in chain]
     live_end = live_storages(ns)
     events = [e for roots in sessions for e in cpu_reference.walk_events(roots)]
     assert events
@@ -708,3 +714,70 @@ def test_the_end_state_tables_fold_any_chunks_and_sessions_alike(events, watched
     assert tables.last == last and tables.count == len(events)
     assert {p: (tables.first[p], tables.first_index[p]) for p in tables.first} == first
     assert tables.watch == watch - set(first)
+
+
+QUIET_CELL = (
+    "xs = [torch.ones(n) for n in range(1, 60)]\n"
+    "with torch.autograd.profiler.record_function('scope'):\n"
+    "    ys = [x * 2 for x in xs[::3]]\n"
+    "del xs[::2]\n"
+    "loss = model(x).sum()\nloss.backward()\nopt.step()\n"
+)
+
+
+def scopes(roots: list) -> list[str]:
+    """The names of the user scopes (``record_function``) in a session's tree."""
+    from torch._C._profiler import _EventType
+
+    found, level = [], roots
+    while level:
+        found += [n.name for n in level if n.tag == _EventType.TorchOp]
+        level = [kid for n in level for kid in n.children]
+    return found
+
+
+def _no_stack_session(code: str, quiet: bool) -> tuple[list, int, int]:
+    """The roots of a session without stacks around ``code``, with the quiet activities or the
+    CPU's, and the clock (``time.time_ns``) before and after it."""
+    import time
+
+    from memsnap_magic.recording.backends.cpu.profiler import _Profiler
+
+    profiler = _Profiler()
+    profiler.warm_up()
+    if not quiet:
+        profiler._quiet = None
+    ns = training_namespace()
+    before = time.time_ns()
+    profiler.start()
+    exec(code, ns)
+    roots = profiler.stop()
+    return roots, before, time.time_ns()
+
+
+def test_a_session_without_stacks_reports_what_the_cpu_activitys_session_does():
+    # without stacks a session records with an activity this process has no device for, which
+    # skips kineto's CPU trace: the same allocations and frees must come back, in the same order,
+    # on the clock the CPU activity's session stamps them with (the namespace's walk compares them)
+    import cpu_reference
+
+    seen = {}
+    for quiet in (True, False):
+        roots, before, after = _no_stack_session(QUIET_CELL, quiet)
+        assert ("scope" in scopes(roots)) is not quiet  # the quiet activity ran, then the CPU's
+        events = cpu_reference.walk_events(roots)
+        assert all(before <= t <= after for t, _, _ in events)
+        ptrs = {p for _, p, s in events if s > 0}
+        assert sum(s > 0 for _, p, s in events) > 60
+        seen[quiet] = [s for _, _, s in events], sum(p in ptrs for _, p, s in events if s < 0)
+    assert seen[True] == seen[False]
+
+
+def test_the_quiet_activity_is_not_used_where_this_process_has_its_device(monkeypatch):
+    # a user scope is recorded only with the CPU activity: which one ran shows in the tree
+    import torch
+
+    cell = "with torch.autograd.profiler.record_function('scope'):\n    y = torch.ones(10)\n"
+    assert scopes(_no_stack_session(cell, quiet=True)[0]) == []
+    monkeypatch.setattr(torch.mtia, "is_available", lambda: True)
+    assert scopes(_no_stack_session(cell, quiet=True)[0]) == ["scope"]

@@ -64,6 +64,9 @@ def test_json_has_the_documented_keys_and_types(dry_run):
     assert isinstance(data["added_latency_ratio"], float) and data["added_latency_ratio"] > 0
     assert data["oom"] == {"skipped": True, "reason": "no CUDA device (dry run)"}
     assert data["auto_device"]["ok"] and data["auto_device"]["device"] == "cpu"
+    quiet = data["cpu_quiet"]  # the CPU route's session without stacks: exact, and nothing on stderr
+    assert quiet["ok"] and quiet["kept"] == quiet["expected"] and quiet["stderr"] == [], quiet
+    assert quiet["quiet_activities"] == ["ProfilerActivity.MTIA"]
     assert data["views"]["show_mimetypes"] == [
         "application/vnd.jupyter.widget-view+json",
         "image/png",

@@ -634,19 +634,26 @@ def test_recorder_in_a_script(tmp_path):
 def test_profiler_log_lines_stay_out_of_the_cell_output():
     # A tensor allocated before recording and freed inside the cell makes PyTorch's CPU
     # allocator print "Memory block of unknown size..." once per process; kineto prints USDT
-    # lines at start/stop. Neither may reach the user.
+    # lines at start/stop; a session without stacks warns at its stop that it has no CPU trace
+    # (with context=none, and between the steps of steps=). None may reach the user.
     code = (
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "sh = InteractiveShell.instance()\n"
-        "sh.run_cell('import torch\\nold = torch.ones(1000)')\n"
+        "sh.run_cell('import torch, memsnap_magic\\nold = torch.ones(1000)')\n"
         "sh.run_line_magic('load_ext', 'memsnap_magic')\n"
         "r = sh.run_cell('%%memsnap device=cpu\\ndel old\\nnew = torch.ones(10)')\n"
+        "assert r.success\n"
+        "r = sh.run_cell('%%memsnap device=cpu context=none\\nnone = torch.ones(10)')\n"
+        "assert r.success\n"
+        "r = sh.run_cell('%%memsnap device=cpu steps=3\\nfor i in range(1, 4):\\n"
+        "    memsnap_magic.mark(i)\\n    y = torch.ones(10 * i)')\n"
         "assert r.success\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     noise = out.stdout + out.stderr
-    assert "unknown size" not in noise and "USDT" not in noise
-    assert "memsnap step 1 · cpu" in out.stdout
+    assert "unknown size" not in noise and "USDT" not in noise and "Warning" not in noise, noise
+    assert "memsnap step 1 · cpu" in out.stdout and "memsnap step 2 · cpu" in out.stdout
+    assert "memsnap step 3 · cpu" in out.stdout
 
 
 def test_show_displays_the_dashboard_with_fallbacks(torch_ns):

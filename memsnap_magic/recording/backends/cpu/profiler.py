@@ -71,7 +71,8 @@ def _read_all(fd: int) -> bytes:
 
 
 class _Profiler:
-    """The cheapest memory-only profiler session: user scope, no operator events."""
+    """The cheapest memory-only profiler session: user scope, no operator events; without stacks,
+    no CPU activity either where this process allows (``_quiet_activities``)."""
 
     def __init__(self) -> None:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # before kineto starts: no USDT start/stop lines
@@ -84,6 +85,8 @@ class _Profiler:
         }
         self._activities = {ProfilerActivity.CPU}
         self._scopes = {RecordScope.USER_SCOPE}
+        self._quiet: set[Any] | None = None  # a session without stacks records with these (``warm_up``)
+        self._session_quiet = False  # the running session records with them
         self._warm = False
         self.running = False  # our session is on (a torch.profiler of the user's may still take it over)
         # What the last sessions reported, read and done with: PyTorch frees it in ~1 µs per event.
@@ -113,7 +116,36 @@ class _Profiler:
             check_instants(self.stop() or [])
             self._settle()
         self._chatty = any(line.startswith(b"USDT:") for line in caught())
+        self._quiet = self._quiet_if_it_records()
         self._warm = True
+
+    def _quiet_if_it_records(self) -> set[Any] | None:
+        """``_quiet_activities`` where a probe session with them reports an allocation and its
+        free as the CPU activity's does and says nothing but its known warning; else None (every
+        session keeps the CPU activity)."""
+        import torch
+        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
+        from torch._C._profiler import _ExtraFields_Allocation
+
+        activities = _quiet_activities(torch)
+        if activities is None:
+            return None
+        try:
+            with _stderr_caught() as caught:
+                _prepare_profiler(self._configs[False], activities)
+                _enable_profiler(self._configs[False], activities, self._scopes)  # type: ignore[call-arg]  # torch's stubs lag: scopes
+                try:
+                    probe = torch.empty(16)
+                    ptr = probe.data_ptr()
+                    del probe
+                finally:
+                    roots = _disable_profiler().experimental_event_tree()
+            fields = [n.extra_fields for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
+            seen = [(f.ptr, f.alloc_size) for f in fields]
+        except Exception:  # an activity this build refuses: the CPU activity it is
+            return None
+        said = [line for line in caught() if not _chatter(line)]  # each session would say it again
+        return activities if (ptr, 64) in seen and (ptr, -64) in seen and not said else None
 
     def start(self, stacks: bool = False) -> None:
         """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
@@ -128,11 +160,13 @@ class _Profiler:
         self._used_in = os.getpid()
         self._settle()  # no session starts while an old one's results are being freed
         config = self._configs[stacks]
+        activities = self._quiet if self._quiet is not None and not stacks else self._activities
         self._rss_at_start = resident_bytes()
         # before the session: with the tracer on, each Python call until it stops is recorded and read back
         thread, main = threading.get_ident(), threading.current_thread() is threading.main_thread()
-        self._without_usdt(_prepare_profiler, config, self._activities)
-        self._without_usdt(_enable_profiler, config, self._activities, self._scopes)
+        self._without_chatter(_prepare_profiler, config, activities)
+        self._without_chatter(_enable_profiler, config, activities, self._scopes)
+        self._session_quiet = activities is self._quiet
         self.running = True
         self._started_in, self.ended_by_thread = thread, False
         if not main and not hasattr(_THREAD, "end"):
@@ -148,7 +182,7 @@ class _Profiler:
         if not _profiler_enabled() or public_profiler_running():
             return None
         hook = sys.getprofile()  # one the cell set while the tracer ran: PyTorch's stop removes it
-        result = self._without_usdt(_disable_profiler)
+        result = self._without_chatter(_disable_profiler, quiet=self._session_quiet)
         if hook is not None and type(hook).__name__ != "TraceContext" and sys.getprofile() is None:
             sys.setprofile(hook)
         with no_gc():  # the tree is an object per event: collections while building it walk them all
@@ -159,17 +193,18 @@ class _Profiler:
         self.spent += [roots] if rss is None or start is None or rss - start > HEAVY_SESSION else [result, roots]
         return roots
 
-    def _without_usdt(self, call: Callable[..., Any], *args: Any) -> Any:
+    def _without_chatter(self, call: Callable[..., Any], *args: Any, quiet: bool = False) -> Any:
         """``call(*args)``. Where kineto was started before us, without our quiet log level, its
-        USDT lines are kept out of the user's output; what else it says is passed on."""
-        if not self._chatty:
+        USDT lines are kept out of the user's output, and so is the warning a quiet session's stop
+        gives (it finds no CPU activity to match its events with); what else is said is passed on."""
+        if not (self._chatty or quiet):
             return call(*args)
         caught: Callable[[], list[bytes]] | None = None
         try:
             with _stderr_caught() as caught:
                 return call(*args)
         finally:  # what it printed before a failure too
-            kept = [line for line in caught() if not line.startswith(b"USDT:")] if caught is not None else []
+            kept = [line for line in caught() if not _chatter(line)] if caught is not None else []
             if kept:
                 with contextlib.suppress(OSError):
                     os.write(2, b"".join(kept))
@@ -231,6 +266,34 @@ class _Profiler:
                 WRITER.release()  # paused while a cell runs, it would keep this cell waiting
                 done.wait()
             self._released = None
+
+
+def _quiet_activities(torch: Any) -> set[Any] | None:
+    """The activities of a session without stacks: one kineto has no device for in this process
+    (MTIA's), in place of the CPU's. PyTorch reports allocations to any profiler session whatever
+    its activities, but builds kineto's CPU trace only with the CPU activity: an event and its
+    metadata per allocation, most of the cost of stopping a session and freeing what it reported
+    (a 40k-allocation session to its tree: 0.6x, ``benchmarks/bench_cpu_floor.py``'s ``quiet``
+    rows; its results freed 5x faster). That activity is also what starts the
+    Python tracer and the user scopes, so sessions with stacks keep it. None where this build
+    has no such activity or the process has an MTIA device."""
+    from torch._C._profiler import ProfilerActivity
+
+    activity = getattr(ProfilerActivity, "MTIA", None)
+    mtia = getattr(torch, "mtia", None)
+    try:
+        present = mtia is not None and bool(mtia.is_available())
+    except Exception:  # asking failed: assume it is there
+        present = True
+    return {activity} if activity is not None and not present else None
+
+
+_CPU_TRACE_UNMATCHED = b"Failed to recover relationship between all profiler and kineto events"
+
+
+def _chatter(line: bytes) -> bool:
+    """Kineto's USDT start and stop lines, and the warning each quiet session's stop gives."""
+    return line.startswith(b"USDT:") or _CPU_TRACE_UNMATCHED in line
 
 
 HEAVY_SESSION = 1 << 30  # bytes a session grew the process by (~500,000 events) past which its buffers go at once
