@@ -583,12 +583,13 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     assert proc.stderr.read() == b""
 
 
-def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, capfd):
+@pytest.mark.parametrize("context", ["all", "none"])  # none: the session without the CPU activity
+def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, capfd, context):
     from memsnap_magic.recording.backends.cpu.limits import TAKEN_OVER
 
     shell.run_cell("import torch")
     res = shell.run_cell(
-        "%%memsnap step=1 device=cpu\na = torch.ones(1000)\n"
+        f"%%memsnap step=1 device=cpu context={context}\na = torch.ones(1000)\n"
         "with torch.profiler.profile() as prof:\n    b = torch.ones(2000).sum()\nc = torch.ones(3000)"
     )
     assert res.success and session().last.incomplete == TAKEN_OVER
@@ -597,12 +598,13 @@ def test_a_torch_profiler_inside_the_cell_is_reported_and_left_working(shell, ca
     assert any(e.name == "aten::sum" for e in shell.user_ns["prof"].events())  # theirs is intact
     # one left running past the cell is theirs: not stopped by us, and the next cell says so
     res = shell.run_cell(
-        "%%memsnap step=2 device=cpu\nprof2 = torch.profiler.profile()\nprof2.start()\nd = torch.ones(10).sum()"
+        f"%%memsnap step=2 device=cpu context={context}\n"
+        "prof2 = torch.profiler.profile()\nprof2.start()\nd = torch.ones(10).sum()"
     )
     assert res.success and session().last.incomplete == TAKEN_OVER and profiler_on()
     shell.run_cell("prof2.stop()")
     assert any(e.name == "aten::sum" for e in shell.user_ns["prof2"].events()) and not profiler_on()
-    assert shell.run_cell("%%memsnap step=3 device=cpu\ne = torch.ones(100)").success
+    assert shell.run_cell(f"%%memsnap step=3 device=cpu context={context}\ne = torch.ones(100)").success
     assert session().last.incomplete is None and session().last.trace_entries > 0
 
 
@@ -832,18 +834,19 @@ def test_a_proxy_claiming_to_be_a_module_is_refused_by_its_type(shell):
     assert not res.success and "model=fake: that is a Proxy, not a torch.nn.Module" in str(res.error_in_exec)
 
 
-def test_a_torch_profiler_run_before_us_adds_no_lines_to_later_cells(tmp_path):
+@pytest.mark.parametrize("context", ["all", "none"])  # none: the session without the CPU activity
+def test_a_torch_profiler_run_before_us_adds_no_lines_to_later_cells(tmp_path, context):
     """Kineto started by the user's profiler ignores our quiet log level: each recorded block
     printed two `USDT: … profiler_start/stop` lines."""
     script = textwrap.dedent(
-        """
+        f"""
         import torch
         with torch.profiler.profile():
             torch.ones(10).sum()
         print("---", flush=True)
         from memsnap_magic import Recorder
         for step in (1, 2):
-            with Recorder(step=step, device="cpu", out="out", wait=True):
+            with Recorder(step=step, device="cpu", out="out", wait=True, context="{context}"):
                 x = torch.ones(10)
         """
     )
@@ -851,6 +854,7 @@ def test_a_torch_profiler_run_before_us_adds_no_lines_to_later_cells(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     before = "USDT:" in proc.stderr  # the user's own profiler's lines, if this torch prints them
     assert proc.stderr.count("USDT:") == (2 if before else 0), proc.stderr
+    assert "Failed to recover" not in proc.stderr  # the warning of a session without the CPU activity
     assert len(list((tmp_path / "out").rglob("*.pickle"))) == 2
 
 
