@@ -272,9 +272,9 @@ def _quiet_activities(torch: Any) -> set[Any] | None:
     """The activities of a session without stacks: one kineto has no device for in this process
     (MTIA's), in place of the CPU's. PyTorch reports allocations to any profiler session whatever
     its activities, but builds kineto's CPU trace only with the CPU activity: an event and its
-    metadata per allocation, most of the cost of stopping a session and freeing what it reported
+    metadata per allocation, about half the cost of stopping a session and freeing what it reported
     (a 40k-allocation session to its tree: 0.6x, ``benchmarks/bench_cpu_floor.py``'s ``quiet``
-    rows; its results freed 5x faster). That activity is also what starts the
+    rows; its stop 2x and its results' freeing 2.5x faster). That activity is also what starts the
     Python tracer and the user scopes, so sessions with stacks keep it. None where this build
     has no such activity or the process has an MTIA device."""
     from torch._C._profiler import ProfilerActivity
