@@ -781,3 +781,29 @@ def test_the_quiet_activity_is_not_used_where_this_process_has_its_device(monkey
     assert scopes(_no_stack_session(cell, quiet=True)[0]) == []
     monkeypatch.setattr(torch.mtia, "is_available", lambda: True)
     assert scopes(_no_stack_session(cell, quiet=True)[0]) == ["scope"]
+
+
+def test_a_quiet_stop_keeps_its_warning_off_stderr_and_passes_on_the_rest(capfd):
+    # what the session without the CPU activity prints at its stop is dropped; anything else said
+    # on descriptor 2 meanwhile (another library, a thread) reaches the user, in its order
+    import os
+
+    from memsnap_magic.recording.backends.cpu.profiler import _Profiler
+
+    said = [
+        b"[W1206 00:01:49.305810822 collection.cpp:1021] Warning: Failed to recover relationship between all "
+        b"profiler and kineto events: 3 vs. 0  reassociated. (function reassociate)\n",
+        b"someone else's line\n",
+        b"and its second\n",
+    ]
+
+    def stop() -> str:
+        for line in said:
+            os.write(2, line)
+        return "result"
+
+    profiler = _Profiler()
+    assert profiler._without_chatter(stop, quiet=True) == "result"
+    assert capfd.readouterr().err == "someone else's line\nand its second\n"
+    assert profiler._without_chatter(stop) == "result"  # a session with the CPU activity: not caught
+    assert capfd.readouterr().err == b"".join(said).decode()
