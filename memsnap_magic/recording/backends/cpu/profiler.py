@@ -116,36 +116,39 @@ class _Profiler:
             check_instants(self.stop() or [])
             self._settle()
         self._chatty = any(line.startswith(b"USDT:") for line in caught())
-        self._quiet = self._quiet_if_it_records()
+        self._probe_quiet()
         self._warm = True
 
-    def _quiet_if_it_records(self) -> set[Any] | None:
-        """``_quiet_activities`` where a probe session with them reports an allocation and its
-        free as the CPU activity's does and says nothing but its known warning; else None (every
+    def _probe_quiet(self) -> None:
+        """``_quiet`` set to ``_quiet_activities`` where a probe session with them, opened and
+        stopped as every session without stacks is, reports an allocation and its free as the
+        CPU activity's does and says nothing but its known warning; else left None (every
         session keeps the CPU activity)."""
         import torch
-        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler
         from torch._C._profiler import _ExtraFields_Allocation
 
-        activities = _quiet_activities(torch)
-        if activities is None:
-            return None
+        self._quiet = _quiet_activities(torch)
+        if self._quiet is None:
+            return
         try:
             with _stderr_caught() as caught:
-                _prepare_profiler(self._configs[False], activities)
-                _enable_profiler(self._configs[False], activities, self._scopes)  # type: ignore[call-arg]  # torch's stubs lag: scopes
+                self.start()
                 try:
                     probe = torch.empty(16)
                     ptr = probe.data_ptr()
                     del probe
                 finally:
-                    roots = _disable_profiler().experimental_event_tree()
+                    roots = self.stop() or []
             fields = [n.extra_fields for n in roots if type(n.extra_fields) is _ExtraFields_Allocation]
-            seen = [(f.ptr, f.alloc_size) for f in fields]
+            seen = {(f.ptr, f.alloc_size) for f in fields}
+            # the stop drops its known warning itself: what is caught here each session would say again
+            recorded = {(ptr, 64), (ptr, -64)} <= seen and not caught()
         except Exception:  # an activity this build refuses: the CPU activity it is
-            return None
-        said = [line for line in caught() if not _chatter(line)]  # each session would say it again
-        return activities if (ptr, 64) in seen and (ptr, -64) in seen and not said else None
+            recorded = False
+        finally:
+            self._settle()
+        if not recorded:
+            self._quiet = None
 
     def start(self, stacks: bool = False) -> None:
         """``stacks``: with the Python tracer, which links each allocation to the calls around it."""
