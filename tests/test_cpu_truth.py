@@ -1,5 +1,9 @@
 """The CPU route's figures against what the cells did: continuity between cells, exact ``steps=``,
-Python stacks on allocations. Real torch, real profiler, an in-process IPython shell."""
+Python stacks on allocations. Real torch, real profiler, an in-process IPython shell.
+
+Each test that is not about stacks runs twice: with them (PyTorch's session with the CPU activity
+and its Python tracer) and with ``context=none``, whose session has no CPU activity where PyTorch
+allows it (``profiler._quiet_activities``): each asserts the same figures either way."""
 
 from __future__ import annotations
 
@@ -17,6 +21,18 @@ from memsnap_magic.results.stacks import frame_lines
 from memsnap_magic.views.explain import blocks_table
 
 MiB = 1 << 20
+
+
+@pytest.fixture(params=["all", "none"], ids=["context=all", "context=none"])
+def cpu(cpu, request):
+    """The shell recording on the CPU (conftest's), with stacks and then without."""
+    if request.param != "all":
+        cpu.run_line_magic("memsnap", f"config context={request.param}")
+    return cpu
+
+
+# tests about stacks, and those that give context= themselves, run once (with the default)
+ONCE = pytest.mark.parametrize("cpu", ["all"], indirect=True, ids=["context=all"])
 
 
 def run(shell, cell: str) -> None:
@@ -426,6 +442,7 @@ def test_the_start_moves_by_what_plain_cells_did(cpu, cells):
             assert iv.kept == m2 - m1, (n, cells)
 
 
+@ONCE
 def test_allocations_carry_the_python_stack_that_made_them(cpu):
     # numbered as a notebook numbers them (store_history), so the labels can be checked
     defined = cpu.run_cell("def grow(n):\n    big = torch.ones(n, 1024)\n    return big * 2\n", store_history=True)
@@ -457,6 +474,7 @@ def test_allocations_carry_the_python_stack_that_made_them(cpu):
     assert "records stacks of allocations of 1.0 KiB or more" in blocks_table(iv)
 
 
+@ONCE
 def test_allocations_made_on_one_line_share_its_frame_dicts_as_pytorch_shares_them(cpu):
     # each call of grow is a new node of the tracer's tree: its frames are still one dict a line
     run(cpu, "def grow(n):\n    return torch.ones(n, 1024)\n")
@@ -473,6 +491,7 @@ def test_allocations_made_on_one_line_share_its_frame_dicts_as_pytorch_shares_th
     assert stacks[1] == stacks[0] and stacks[2] == stacks[0]
 
 
+@ONCE
 def test_blocks_carried_into_the_next_step_keep_their_stacks(cpu):
     run(cpu, "def make():\n    return torch.ones(2**18)\n")
     run(cpu, "%%memsnap step=1\nhist = [make().requires_grad_().exp().sum()]")
@@ -482,6 +501,7 @@ def test_blocks_carried_into_the_next_step_keep_their_stacks(cpu):
     assert held and all(frame_lines(b["frames"]) for b in held)
 
 
+@ONCE
 def test_context_none_records_no_stacks(cpu):
     run(cpu, "%%memsnap step=1 context=none\nbig = torch.ones(2**18)")
     iv = session().intervals[0]
@@ -490,6 +510,7 @@ def test_context_none_records_no_stacks(cpu):
     assert "context=none" in blocks_table(iv)
 
 
+@ONCE
 def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
     from memsnap_magic.views.dashboard import Dashboard
 
@@ -509,6 +530,7 @@ def test_the_block_table_dates_and_groups_what_earlier_steps_left(cpu):
     assert any(">1.0 MiB<" in r and ">step 1<" in r for r in rows)
 
 
+@ONCE
 def test_a_table_without_any_stack_drops_the_column(cpu):
     from memsnap_magic.views.explain import blocks_table
 
@@ -611,6 +633,7 @@ def test_the_walk_runs_none_of_the_users_code(cpu):
     assert session().intervals[0].baseline_allocated >= 4096 + 16 * 5  # Odd.kept, held.t, keyed too
 
 
+@ONCE
 def test_a_profile_hook_of_the_users_keeps_running(cpu):
     run(
         cpu,
